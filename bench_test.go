@@ -1,0 +1,63 @@
+package retryhttp
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"testing"
+)
+
+// okNext is the in-memory next of the success-path benchmarks: it closes
+// the request body, as a RoundTripper must, and answers with one shared
+// 200 response, so that what is measured is the transport's own cost.
+type okNext struct{ resp *http.Response }
+
+func newOKNext() *okNext {
+	return &okNext{resp: &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Header: http.Header{}}}
+}
+
+func (n *okNext) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+		_ = req.Body.Close()
+	}
+	return n.resp, nil
+}
+
+// BenchmarkRoundTrip measures the success path: one attempt answered 200,
+// the bare next beside the transport around it, for a GET and for a PUT
+// whose 1 KiB body is a bytes.Reader (so it has GetBody).
+func BenchmarkRoundTrip(b *testing.B) {
+	payload := bytes.Repeat([]byte("x"), 1<<10)
+	next := newOKNext()
+	cases := []struct {
+		name string
+		rt   http.RoundTripper
+	}{
+		{"bare", next},
+		{"retryhttp", New(next)},
+	}
+	for _, method := range []string{http.MethodGet, http.MethodPut} {
+		for _, c := range cases {
+			b.Run(method+"/"+c.name, func(b *testing.B) {
+				req, err := http.NewRequest(method, "http://example.test/x", nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				body := bytes.NewReader(payload)
+				b.ReportAllocs()
+				for b.Loop() {
+					if method == http.MethodPut {
+						body.Reset(payload)
+						req.Body = io.NopCloser(body)
+						req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(payload)), nil }
+					}
+					resp, err := c.rt.RoundTrip(req)
+					if err != nil || resp.StatusCode != http.StatusOK {
+						b.Fatal(resp, err)
+					}
+				}
+			})
+		}
+	}
+}

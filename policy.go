@@ -1,0 +1,145 @@
+package retryhttp
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// Default policy parameters. A policy field that is zero or negative takes
+// these values.
+const (
+	// DefaultBase is the interval bound of the first retry: a small multiple
+	// of a webhook endpoint's normal response time (the seed's 100–250 ms).
+	DefaultBase = 200 * time.Millisecond
+	// DefaultCap bounds every drawn delay: below a delivery's usefulness
+	// horizon (the seed's 30–60 s).
+	DefaultCap = 30 * time.Second
+)
+
+// Policy draws the delay before retry n (n >= 1: the first retry is n = 1)
+// from n and prev, the previous delay drawn for the same host (0 when there
+// is none). Implementations must be safe for concurrent use and must never
+// return a negative delay.
+type Policy interface {
+	Delay(n int, prev time.Duration) time.Duration
+}
+
+// FullJitter draws the delay uniformly from [0, min(Cap, Base·2^(n−1))).
+// It is the default: stateless beyond the retry number, and the best at
+// dispersing a herd of clients that failed together. Zero or negative fields
+// mean DefaultBase and DefaultCap. FullJitter is safe for concurrent use.
+type FullJitter struct {
+	Base time.Duration // interval bound of the first retry; <= 0 means DefaultBase
+	Cap  time.Duration // largest interval bound; <= 0 means DefaultCap
+}
+
+// Delay implements Policy.
+func (p FullJitter) Delay(n int, _ time.Duration) time.Duration {
+	return uniform(0, bound(n, p.Base, p.Cap))
+}
+
+// EqualJitter draws the delay uniformly from [d/2, d) where
+// d = min(Cap, Base·2^(n−1)): half the variance of FullJitter, with a floor.
+// Zero or negative fields mean DefaultBase and DefaultCap. EqualJitter is
+// safe for concurrent use.
+type EqualJitter struct {
+	Base time.Duration // interval bound of the first retry; <= 0 means DefaultBase
+	Cap  time.Duration // largest interval bound; <= 0 means DefaultCap
+}
+
+// Delay implements Policy.
+func (p EqualJitter) Delay(n int, _ time.Duration) time.Duration {
+	d := bound(n, p.Base, p.Cap)
+	return d/2 + uniform(0, d-d/2)
+}
+
+// DecorrelatedJitter draws the delay uniformly from [Base, 3·prev], capped at
+// Cap, where prev is the previous delay drawn for the same host (Base when
+// there is none). It grows from the delays actually taken rather than from
+// the retry number, so it adapts to how long an outage has lasted. Zero or
+// negative fields mean DefaultBase and DefaultCap; a Cap below Base is
+// raised to Base. DecorrelatedJitter is safe for concurrent use.
+type DecorrelatedJitter struct {
+	Base time.Duration // smallest delay; <= 0 means DefaultBase
+	Cap  time.Duration // largest delay; <= 0 means DefaultCap
+}
+
+// Delay implements Policy.
+func (p DecorrelatedJitter) Delay(_ int, prev time.Duration) time.Duration {
+	base, maxd := limits(p.Base, p.Cap)
+	if prev < base {
+		prev = base
+	}
+	hi := maxd
+	// 3·prev, computed so that it cannot overflow.
+	if prev < maxd/3 {
+		hi = 3 * prev
+	}
+	// Inclusive of hi, as the interval is closed.
+	return base + uniform(0, hi-base+1)
+}
+
+// Exponential is plain exponential backoff without jitter: the delay is
+// exactly min(Cap, Base·2^(n−1)). Every client that failed together retries
+// together; it exists for comparison and for callers that add their own
+// spread. Zero or negative fields mean DefaultBase and DefaultCap.
+// Exponential is safe for concurrent use.
+type Exponential struct {
+	Base time.Duration // delay of the first retry; <= 0 means DefaultBase
+	Cap  time.Duration // largest delay; <= 0 means DefaultCap
+}
+
+// Delay implements Policy.
+func (p Exponential) Delay(n int, _ time.Duration) time.Duration {
+	return bound(n, p.Base, p.Cap)
+}
+
+// Immediate retries without waiting. It exists to show, in benchmarks, what
+// retrying without backoff does to a failing endpoint; a Retry-After header
+// still applies. Immediate is safe for concurrent use.
+type Immediate struct{}
+
+// Delay implements Policy.
+func (Immediate) Delay(int, time.Duration) time.Duration { return 0 }
+
+// limits returns base and cap with defaults applied and cap >= base.
+func limits(base, maxd time.Duration) (time.Duration, time.Duration) {
+	if base <= 0 {
+		base = DefaultBase
+	}
+	if maxd <= 0 {
+		maxd = DefaultCap
+	}
+	if maxd < base {
+		maxd = base
+	}
+	return base, maxd
+}
+
+// bound returns min(cap, base·2^(n−1)) with defaults applied, for any n
+// (n < 1 counts as 1), without overflow: the cap is applied before the
+// doubling can pass it.
+func bound(n int, base, maxd time.Duration) time.Duration {
+	base, maxd = limits(base, maxd)
+	if n < 1 {
+		n = 1
+	}
+	d := base
+	for i := 1; i < n; i++ {
+		if d >= maxd/2 {
+			return maxd
+		}
+		d *= 2
+	}
+	return min(d, maxd)
+}
+
+// uniform returns a duration drawn uniformly from [lo, lo+width); width <= 0
+// yields lo. The generator is math/rand/v2's, seeded per process and safe
+// for concurrent use.
+func uniform(lo, width time.Duration) time.Duration {
+	if width <= 0 {
+		return lo
+	}
+	return lo + time.Duration(rand.Int64N(int64(width)))
+}
