@@ -65,12 +65,16 @@ type Transport struct {
 	idempotentIf     func(*http.Request) bool
 	bodyBuffer       int64
 	attemptTimeout   time.Duration
+	budget           *Budget  // nil: no budget
+	breaker          *Breaker // nil: no circuits
 }
 
 // New returns a Transport that sends requests through next, or through
 // cleanhttp.DefaultPooledTransport() when next is nil. Options adjust the
 // defaults: FullJitter{Base: 200ms, Cap: 30s}, 4 attempts, Retry-After
-// clamped to 30 s with a 1 s spread. New starts no goroutine.
+// clamped to 30 s with a 1 s spread, a fresh retry budget and a fresh
+// circuit breaker with their default configurations. New starts no
+// goroutine.
 func New(next http.RoundTripper, opts ...Option) *Transport {
 	if next == nil {
 		next = cleanhttp.DefaultPooledTransport()
@@ -83,6 +87,8 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 		retryAfterSpread: DefaultRetryAfterSpread,
 		retryIf:          DefaultRetryIf,
 		idempotentIf:     DefaultIdempotentIf,
+		budget:           NewBudget(BudgetConfig{}),
+		breaker:          NewBreaker(BreakerConfig{}),
 	}
 	for _, o := range opts {
 		o(t)
@@ -102,12 +108,18 @@ func (t *Transport) CloseIdleConnections() {
 // RoundTripper and retries as the package documentation describes.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	r := retrier{t: t, req: req, first: req}
+	r := retrier{t: t, req: req, first: req, key: keyOf(req.URL)}
+	if t.budget != nil {
+		t.budget.deposit(r.key)
+	}
+	if t.breaker != nil {
+		r.lane = t.breaker.lane(r.key)
+	}
 	r.replayable()
 
 	if t.firstJitter > 0 {
 		// Spread a bulk sender's first attempts; cancellable like any sleep.
-		if err := sleep(ctx, uniform(0, t.firstJitter)); err != nil {
+		if err := sleep(ctx, uniform(0, t.firstJitter), nil); err != nil {
 			closeRequestBody(r.first)
 			return nil, r.fail(ReasonContextDone, err)
 		}
@@ -115,15 +127,17 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 	areq := r.first
 	for {
+		if err := r.admit(); err != nil {
+			// The host's circuit is open: fail fast, off the network.
+			closeRequestBody(areq)
+			return nil, r.fail(ReasonCircuitOpen, err)
+		}
 		resp, err := r.attempt(areq)
 		reason := r.stopReason(resp, err)
-		if reason != ReasonNone {
-			if err != nil {
-				return nil, r.fail(reason, err)
-			}
-			return resp, nil
+		var delay time.Duration
+		if reason == ReasonNone {
+			delay, reason = r.delay(resp)
 		}
-		delay, reason := r.delay(resp)
 		if reason == ReasonNone {
 			areq, reason = r.nextRequest()
 		}
@@ -137,9 +151,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if resp != nil {
 			drain(resp.Body)
 		}
-		if err := sleep(ctx, delay); err != nil {
+		if err := sleep(ctx, delay, r.opened()); err != nil {
 			closeRequestBody(areq)
-			return nil, r.fail(ReasonContextDone, err)
+			reason := ReasonContextDone
+			if errors.Is(err, ErrCircuitOpen) {
+				reason = ReasonCircuitOpen
+			}
+			return nil, r.fail(reason, err)
 		}
 	}
 }
@@ -154,7 +172,10 @@ type retrier struct {
 	// idempotent, body not replayable), or ReasonNone.
 	stop     Reason
 	attempts int
-	prev     time.Duration // the previous delay, for DecorrelatedJitter
+	prev     time.Duration // the previous delay, for DecorrelatedJitter without a lane
+	key      hostKey
+	lane     *lane  // the host's circuit and memory; nil without a Breaker
+	ticket   ticket // the latest attempt's admission by the circuit
 }
 
 // replayable decides whether the request may be sent more than once and, if
@@ -258,27 +279,38 @@ func (r *retrier) attemptWithTimeout(areq *http.Request) (*http.Response, error)
 }
 
 // stopReason tells whether the outcome of the latest attempt ends the
-// request. It runs before anything is drained.
+// request, and tells the host's circuit what the outcome was. It runs
+// before anything is drained.
 func (r *retrier) stopReason(resp *http.Response, err error) Reason {
 	t := r.t
+	reason, o := ReasonNone, outcomeFailure
 	switch {
 	case r.req.Context().Err() != nil:
-		// The caller's context ended: its own error is never retried.
+		// The caller's context ended: its own error is never retried, and
+		// says nothing about the host.
+		reason, o = ReasonContextDone, outcomeNone
 		if resp != nil {
-			return ReasonNotRetryable
+			reason = ReasonNotRetryable
 		}
-		return ReasonContextDone
 	case err != nil && malformedURL(r.req):
 		// The same URL will fail the same way.
-		return ReasonNotRetryable
+		reason, o = ReasonNotRetryable, outcomeNone
 	case !t.retryIf(resp, err):
-		return ReasonNotRetryable
+		// The host answered (a response is a success to the circuit), or
+		// failed in a way no retry mends (which tells nothing of the host).
+		reason, o = ReasonNotRetryable, outcomeSuccess
+		if resp == nil {
+			o = outcomeNone
+		}
 	case r.stop != ReasonNone:
-		return r.stop
+		reason = r.stop
 	case r.attempts >= t.maxAttempts:
-		return ReasonAttemptsUsed
+		reason = ReasonAttemptsUsed
 	}
-	return ReasonNone
+	if r.lane != nil {
+		r.lane.record(r.ticket, o)
+	}
+	return reason
 }
 
 // delay draws the wait before the next attempt and checks, in the order of
@@ -292,16 +324,53 @@ func (r *retrier) delay(resp *http.Response) (time.Duration, Reason) {
 		d, fromHeader, _ = retryAfterDelay(resp.Header, now, t.maxRetryAfter, t.retryAfterSpread)
 	}
 	if !fromHeader {
-		d = t.policy.Delay(r.attempts, r.prev)
+		d = t.policy.Delay(r.attempts, r.getPrev())
 	}
-	r.prev = d
+	r.setPrev(d)
 	if dl, ok := r.req.Context().Deadline(); ok && !now.Add(d).Before(dl) {
 		// Sleeping would outlive the caller's deadline: return now.
 		return d, ReasonDeadline
 	}
-	// The retry budget is checked here, after the deadline and before any
-	// sleep, so an empty budget returns at once.
+	if t.budget != nil && !t.budget.withdraw(r.key) {
+		// No token: skip the sleep for an attempt that will not be made.
+		return d, ReasonBudgetExhausted
+	}
 	return d, ReasonNone
+}
+
+// admit asks the host's circuit to let the next attempt through.
+func (r *retrier) admit() error {
+	if r.lane == nil {
+		return nil
+	}
+	tk, _, err := r.lane.allow()
+	r.ticket = tk
+	return err
+}
+
+// opened returns the channel closed when the host's circuit opens, or nil.
+func (r *retrier) opened() <-chan struct{} {
+	if r.lane == nil {
+		return nil
+	}
+	return r.lane.openedChan()
+}
+
+// getPrev returns the previous delay for DecorrelatedJitter: the host's,
+// kept in its lane until a success, or this request's own without a lane.
+func (r *retrier) getPrev() time.Duration {
+	if r.lane != nil {
+		return time.Duration(r.lane.prev.Load())
+	}
+	return r.prev
+}
+
+func (r *retrier) setPrev(d time.Duration) {
+	if r.lane != nil {
+		r.lane.prev.Store(int64(d))
+		return
+	}
+	r.prev = d
 }
 
 // nextRequest prepares the next attempt's request before anything is
@@ -332,9 +401,15 @@ func host(req *http.Request) string {
 	return req.URL.Host
 }
 
-// sleep waits d, or less if ctx ends first, in which case it returns the
-// context's error. It starts no goroutine.
-func sleep(ctx context.Context, d time.Duration) error {
+// sleep waits d, or less if ctx ends first (it returns the context's error)
+// or if opened is closed first (it returns ErrCircuitOpen). It starts no
+// goroutine.
+func sleep(ctx context.Context, d time.Duration, opened <-chan struct{}) error {
+	select {
+	case <-opened:
+		return ErrCircuitOpen
+	default:
+	}
 	if d <= 0 {
 		return ctx.Err()
 	}
@@ -345,6 +420,8 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-opened:
+		return ErrCircuitOpen
 	}
 }
 

@@ -1,0 +1,179 @@
+package retryhttp
+
+import (
+	"errors"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// ErrBudgetExhausted is the reason reported when the retry budget has no
+// token for a retry. The caller still gets the last real response; an Error
+// wraps ErrBudgetExhausted only beside a transport error, never instead of
+// one.
+var ErrBudgetExhausted = errors.New("retryhttp: retry budget exhausted")
+
+// Budget defaults.
+const (
+	// DefaultBudgetRatio lets retries add at most 10% to the load that
+	// original requests make (the seed's budget, which cut wasted attempts by
+	// 90%).
+	DefaultBudgetRatio = 0.1
+	// DefaultBudgetMinPerSecond lets a quiet client still retry, ten times a
+	// second, when it has made too few requests to earn tokens.
+	DefaultBudgetMinPerSecond = 10
+	// DefaultBudgetMaxTokens caps the tokens banked from deposits: what a
+	// batch of 10,000 deliveries (the seed's fan-out) earns at the default
+	// ratio, and gRPC's largest retry-throttling maxTokens. It bounds how
+	// many retries a long healthy spell can save up for the next outage.
+	DefaultBudgetMaxTokens = 1000
+)
+
+// BudgetConfig configures a Budget. The zero value means every default.
+type BudgetConfig struct {
+	// Ratio is the tokens each original request deposits; a retry costs one,
+	// so retries add at most Ratio to the load of original requests.
+	// 0 means DefaultBudgetRatio (0.1); a negative value deposits nothing,
+	// leaving only the floor.
+	Ratio float64
+	// MinPerSecond is the floor: tokens that refill every second whatever the
+	// traffic, so a quiet client can still retry. A fresh budget starts with
+	// one second's worth banked, so a new client can retry at once.
+	// 0 means DefaultBudgetMinPerSecond (10); a negative value means no floor.
+	MinPerSecond float64
+	// MaxTokens caps the tokens banked from deposits.
+	// 0 means DefaultBudgetMaxTokens (1000).
+	MaxTokens float64
+	// PerHost gives every host (scheme, host, port) a budget of its own, so
+	// that one dead tenant cannot spend the retries of the others. false
+	// means one budget for every host.
+	PerHost bool
+}
+
+// Budget is a token-bucket retry budget. Every original request deposits
+// Ratio tokens, a floor refills MinPerSecond, and every retry withdraws one
+// token; a retry that finds no token is not made, and the caller gets the
+// last response at once, without sleeping. A Budget may be shared between
+// transports, and is safe for concurrent use. A deposit takes no lock.
+type Budget struct {
+	ratio   int64 // milli-tokens deposited per original request
+	max     int64 // cap of banked milli-tokens
+	perSec  float64
+	perHost bool
+
+	global *bucket // nil when perHost
+	hosts  table[*bucket]
+}
+
+// milli is the fixed-point scale of banked tokens: a deposit of 0.1 token is
+// 100 milli-tokens, so deposits are one atomic add.
+const milli = 1000
+
+// NewBudget returns a Budget configured by c, with defaults for zero fields.
+func NewBudget(c BudgetConfig) *Budget {
+	if c.Ratio == 0 {
+		c.Ratio = DefaultBudgetRatio
+	}
+	if c.MinPerSecond == 0 {
+		c.MinPerSecond = DefaultBudgetMinPerSecond
+	}
+	if c.MaxTokens <= 0 {
+		c.MaxTokens = DefaultBudgetMaxTokens
+	}
+	b := &Budget{
+		ratio:   int64(math.Round(max(c.Ratio, 0) * milli)),
+		max:     int64(math.Round(min(c.MaxTokens, math.MaxInt64/(2*milli)) * milli)),
+		perSec:  max(c.MinPerSecond, 0),
+		perHost: c.PerHost,
+	}
+	if !c.PerHost {
+		b.global = b.newBucket()
+	}
+	b.hosts.idle = (*bucket).idle
+	return b
+}
+
+// bucket is one budget's tokens: deposits banked in milli-tokens, and the
+// floor's limiter.
+type bucket struct {
+	banked atomic.Int64  // milli-tokens, 0 <= banked <= Budget.max
+	floor  *rate.Limiter // nil when there is no floor
+	max    int64
+}
+
+func (b *Budget) newBucket() *bucket {
+	k := &bucket{max: b.max}
+	if b.perSec > 0 {
+		k.floor = rate.NewLimiter(rate.Limit(b.perSec), int(math.Ceil(b.perSec)))
+	}
+	return k
+}
+
+// bucketFor returns the bucket of the host, creating it if needed.
+func (b *Budget) bucketFor(k hostKey) *bucket {
+	if b.global != nil {
+		return b.global
+	}
+	return b.hosts.get(k, b.newBucket)
+}
+
+// deposit credits one original request to the host's bucket. It takes no
+// lock: one atomic load when the bank is full, one add otherwise.
+func (b *Budget) deposit(k hostKey) {
+	if b.ratio == 0 {
+		return
+	}
+	bk := b.bucketFor(k)
+	if bk.banked.Load() >= bk.max {
+		return
+	}
+	if v := bk.banked.Add(b.ratio); v > bk.max {
+		// Give back what overflowed the cap; a concurrent withdrawal in
+		// between only makes this a little generous, never negative.
+		bk.banked.Add(bk.max - v)
+	}
+}
+
+// withdraw takes one token for a retry to the host: from the bank first,
+// then from the floor. It reports whether a token was taken.
+func (b *Budget) withdraw(k hostKey) bool {
+	bk := b.bucketFor(k)
+	for {
+		v := bk.banked.Load()
+		if v < milli {
+			break
+		}
+		if bk.banked.CompareAndSwap(v, v-milli) {
+			return true
+		}
+	}
+	return bk.floor != nil && bk.floor.Allow()
+}
+
+// tokens returns the whole and fractional tokens the host could spend at t:
+// banked plus the floor's.
+func (b *Budget) tokens(k hostKey, t time.Time) float64 {
+	bk := b.bucketFor(k)
+	n := float64(bk.banked.Load()) / milli
+	if bk.floor != nil {
+		n += bk.floor.TokensAt(t)
+	}
+	return n
+}
+
+// idle reports that dropping the bucket loses nothing that protects its
+// host: a fresh bucket starts with a full floor and an empty bank, so a
+// bucket whose floor is full grants no fewer retries than a fresh one. Its
+// banked deposits are lost, which only makes the budget stricter.
+func (k *bucket) idle(now time.Time) bool {
+	return k.floor == nil || k.floor.TokensAt(now) >= float64(k.floor.Burst())
+}
+
+// WithBudget sets the retry budget; nil turns it off. New uses a fresh
+// NewBudget(BudgetConfig{}) when this option is not given. Pass the same
+// Budget to several transports to share it.
+func WithBudget(b *Budget) Option {
+	return func(t *Transport) { t.budget = b }
+}

@@ -1,0 +1,104 @@
+package retryhttp
+
+import (
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+)
+
+// hostKey names a host as circuits and per-host budgets see it: scheme,
+// host and port, with the scheme's default port left out and the host in
+// lower case, so that http://Example.com and http://example.com:80 are one
+// host. It is small and comparable, and building it allocates nothing for a
+// URL already in that form.
+type hostKey struct {
+	scheme string
+	host   string // host[:port], port omitted when it is the scheme's default
+}
+
+func (k hostKey) String() string { return k.scheme + "://" + k.host }
+
+// keyOf returns the hostKey of u.
+func keyOf(u *url.URL) hostKey {
+	if u == nil {
+		return hostKey{}
+	}
+	h := u.Host
+	switch {
+	case u.Scheme == "http" && strings.HasSuffix(h, ":80"):
+		h = h[:len(h)-len(":80")]
+	case u.Scheme == "https" && strings.HasSuffix(h, ":443"):
+		h = h[:len(h)-len(":443")]
+	}
+	if hasUpper(h) {
+		h = strings.ToLower(h)
+	}
+	return hostKey{scheme: u.Scheme, host: h}
+}
+
+func hasUpper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if 'A' <= s[i] && s[i] <= 'Z' {
+			return true
+		}
+	}
+	return false
+}
+
+// table is a per-host map whose reads take no lock, for per-host budgets
+// and lanes. How entries leave it: when an insertion finds the table at its
+// sweep threshold, it drops every idle entry (one that a fresh entry would
+// replace without loss) and sets the next threshold to twice what is left,
+// at least minSweep. A process that talks to 1,000,000 hosts over a day
+// therefore holds the hosts that are failing or recently used, not every
+// host it has seen, and pays for a sweep in proportion to its inserts.
+type table[V any] struct {
+	m    sync.Map // hostKey -> V
+	mu   sync.Mutex
+	size int // entries; guarded by mu
+	next int // sweep when size reaches next; guarded by mu
+	idle func(V, time.Time) bool
+}
+
+const minSweep = 1024
+
+// get returns the entry for k, creating it with mk if absent.
+func (t *table[V]) get(k hostKey, mk func() V) V {
+	if v, ok := t.m.Load(k); ok {
+		return v.(V)
+	}
+	return t.insert(k, mk)
+}
+
+func (t *table[V]) insert(k hostKey, mk func() V) V {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if v, ok := t.m.Load(k); ok {
+		return v.(V)
+	}
+	if t.next == 0 {
+		t.next = minSweep
+	}
+	if t.size >= t.next {
+		t.sweepLocked(time.Now())
+	}
+	v := mk()
+	t.m.Store(k, v)
+	t.size++
+	return v
+}
+
+// sweepLocked drops idle entries. A request that still holds a dropped entry
+// finishes with it; what it records there is lost, which is harmless
+// because the entry was idle.
+func (t *table[V]) sweepLocked(now time.Time) {
+	t.m.Range(func(k, v any) bool {
+		if t.idle(v.(V), now) {
+			t.m.Delete(k)
+			t.size--
+		}
+		return true
+	})
+	t.next = max(2*t.size, minSweep)
+}
