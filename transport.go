@@ -1,37 +1,3 @@
-// Package retryhttp provides an http.RoundTripper that retries the requests
-// it safely can, spreads the retries so that many clients that failed
-// together do not come back together, and stops retrying when retrying would
-// only deepen an outage.
-//
-// Use it as an http.Client's Transport, or under any SDK that accepts an
-// *http.Client:
-//
-//	client := &http.Client{Transport: retryhttp.New(nil)}
-//
-// # Which RoundTripper rule it bends
-//
-// The http.RoundTripper contract says a RoundTripper should not interpret
-// the response. This one looks at the status code, because a 503 or a 429 is
-// the commonest failure a retry can mend. It keeps the rest of the contract:
-// it never modifies the caller's request (each retry sends a clone with a
-// fresh body), closes the request body on every path, returns a response or
-// an error but never both, and never invents a response: when retries end on
-// a status code, the caller gets that last real response, body unread, and a
-// nil error.
-//
-// # What it retries
-//
-// Methods GET, HEAD, OPTIONS, TRACE, PUT and DELETE, and POST or PATCH only
-// when they carry a non-empty Idempotency-Key header; a body must be
-// replayable (GetBody, http.NoBody, or buffered by WithBodyBuffer). Outcomes:
-// transport errors other than the request's own context ending, certificate
-// errors and malformed URLs, and the statuses 408, 429, 500, 502, 503 and
-// 504. Everything else is returned at once.
-//
-// Before each retry it checks, in this order: are attempts left, does the
-// context's deadline leave room for the delay, does the retry budget hold a
-// token. Only then does it sleep, and the sleep ends as soon as the request's
-// context ends or the host's circuit opens.
 package retryhttp
 
 import (
@@ -65,6 +31,8 @@ type Transport struct {
 	idempotentIf     func(*http.Request) bool
 	bodyBuffer       int64
 	attemptTimeout   time.Duration
+	hooks            *Hooks // nil: none
+	stats            stats
 	budget           *Budget  // nil: no budget
 	breaker          *Breaker // nil: no circuits
 }
@@ -108,7 +76,8 @@ func (t *Transport) CloseIdleConnections() {
 // RoundTripper and retries as the package documentation describes.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	r := retrier{t: t, req: req, first: req, key: keyOf(req.URL)}
+	t.stats.requests.Add(1)
+	r := retrier{t: t, req: req, first: req, key: keyOf(req.URL), hooks: hooksOf(t, ctx)}
 	if t.budget != nil {
 		t.budget.deposit(r.key)
 	}
@@ -121,7 +90,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// Spread a bulk sender's first attempts; cancellable like any sleep.
 		if err := sleep(ctx, uniform(0, t.firstJitter), nil); err != nil {
 			closeRequestBody(r.first)
-			return nil, r.fail(ReasonContextDone, err)
+			return r.finish(nil, err, ReasonContextDone)
 		}
 	}
 
@@ -130,23 +99,21 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err := r.admit(); err != nil {
 			// The host's circuit is open: fail fast, off the network.
 			closeRequestBody(areq)
-			return nil, r.fail(ReasonCircuitOpen, err)
+			return r.finish(nil, err, ReasonCircuitOpen)
 		}
 		resp, err := r.attempt(areq)
-		reason := r.stopReason(resp, err)
+		stop, reason := r.stopReason(resp, err)
 		var delay time.Duration
-		if reason == ReasonNone {
+		if !stop {
 			delay, reason = r.delay(resp)
-		}
-		if reason == ReasonNone {
-			areq, reason = r.nextRequest()
-		}
-		if reason != ReasonNone {
-			// Decide before draining: the last response goes back untouched.
-			if err != nil {
-				return nil, r.fail(reason, err)
+			if reason == ReasonNone {
+				areq, reason = r.nextRequest()
 			}
-			return resp, nil
+			stop = reason != ReasonNone
+		}
+		if stop {
+			// Decide before draining: the last response goes back untouched.
+			return r.finish(resp, err, reason)
 		}
 		if resp != nil {
 			drain(resp.Body)
@@ -156,8 +123,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			reason := ReasonContextDone
 			if errors.Is(err, ErrCircuitOpen) {
 				reason = ReasonCircuitOpen
+				t.stats.circuitRejected.Add(1)
 			}
-			return nil, r.fail(reason, err)
+			return r.finish(nil, err, reason)
 		}
 	}
 }
@@ -168,6 +136,7 @@ type retrier struct {
 	req   *http.Request                 // the caller's request, never modified
 	first *http.Request                 // what the first attempt sends
 	body  func() (io.ReadCloser, error) // a fresh body for each retry; nil: no body
+	hooks hookSet
 	// stop is why no retry is possible before anything is sent (not
 	// idempotent, body not replayable), or ReasonNone.
 	stop     Reason
@@ -178,64 +147,28 @@ type retrier struct {
 	ticket   ticket // the latest attempt's admission by the circuit
 }
 
-// replayable decides whether the request may be sent more than once and, if
-// so, how each retry gets a fresh body. The caller's request is sent as it is
-// by the first attempt unless its body had to be buffered.
-func (r *retrier) replayable() {
-	t, req := r.t, r.req
-	switch {
-	case t.maxAttempts <= 1:
-		r.stop = ReasonAttemptsUsed
-	case !t.idempotentIf(req):
-		r.stop = ReasonNotIdempotent
-	case req.Body == nil || req.Body == http.NoBody:
-		// Nothing to replay.
-	case req.GetBody != nil:
-		r.body = req.GetBody
-	case t.bodyBuffer > 0:
-		r.bufferBody()
-	default:
-		r.stop = ReasonBodyNotReplayable
-	}
-}
-
-// bufferBody reads up to bodyBuffer bytes of a body that cannot be replayed.
-// A body that fits is kept and replayed from memory; a larger one is sent
-// once, whole: the bytes read so far, then the rest of the caller's body.
-func (r *retrier) bufferBody() {
-	req := r.req
-	buf, err := io.ReadAll(io.LimitReader(req.Body, r.t.bodyBuffer+1))
-	if err != nil || int64(len(buf)) > r.t.bodyBuffer {
-		// Too large, or the read failed: stream what was read and the rest
-		// once, so the next RoundTripper sees the same body (and the same
-		// read error) that it would have seen without this transport.
-		first := req.Clone(req.Context())
-		first.Body = &prefixedBody{Reader: io.MultiReader(bytesReader(buf), errAfter{req.Body, err}), Closer: req.Body}
-		r.first, r.stop = first, ReasonBodyNotReplayable
-		return
-	}
-	req.Body.Close()
-	r.body = func() (io.ReadCloser, error) { return io.NopCloser(bytesReader(buf)), nil }
-	r.first, _ = r.clone()
-}
-
-// clone returns a copy of the caller's request with a fresh body.
-func (r *retrier) clone() (*http.Request, error) {
-	c := r.req.Clone(r.req.Context())
-	if r.body != nil {
-		b, err := r.body()
-		if err != nil {
-			return nil, err
-		}
-		c.Body, c.GetBody = b, r.body
-	}
-	return c, nil
-}
-
 // attempt sends one attempt and normalises what next returned: exactly one
 // of the response and the error is non-nil.
 func (r *retrier) attempt(areq *http.Request) (*http.Response, error) {
 	r.attempts++
+	if r.attempts > 1 {
+		r.t.stats.retries.Add(1)
+	}
+	if !r.hooks.any() {
+		return r.sendWithTimeout(areq)
+	}
+	fire(r.hooks, (*Hooks).attemptStart, AttemptStartInfo{Request: r.req, Attempt: r.attempts})
+	start := time.Now()
+	resp, err := r.sendWithTimeout(areq)
+	done := AttemptDoneInfo{Request: r.req, Attempt: r.attempts, Err: err, Duration: time.Since(start)}
+	if resp != nil {
+		done.Status = resp.StatusCode
+	}
+	fire(r.hooks, (*Hooks).attemptDone, done)
+	return resp, err
+}
+
+func (r *retrier) sendWithTimeout(areq *http.Request) (*http.Response, error) {
 	if r.t.attemptTimeout > 0 {
 		return r.attemptWithTimeout(areq)
 	}
@@ -279,38 +212,50 @@ func (r *retrier) attemptWithTimeout(areq *http.Request) (*http.Response, error)
 }
 
 // stopReason tells whether the outcome of the latest attempt ends the
-// request, and tells the host's circuit what the outcome was. It runs
-// before anything is drained.
-func (r *retrier) stopReason(resp *http.Response, err error) Reason {
+// request, and why, and tells the host's circuit what the outcome was. It
+// runs before anything is drained. A request that ends on a response that is
+// not a failure stops with ReasonNone.
+func (r *retrier) stopReason(resp *http.Response, err error) (bool, Reason) {
 	t := r.t
-	reason, o := ReasonNone, outcomeFailure
+	ctxDone := r.req.Context().Err() != nil
+	var retryable bool
+	o := outcomeNone
 	switch {
-	case r.req.Context().Err() != nil:
+	case err != nil && ctxDone:
 		// The caller's context ended: its own error is never retried, and
 		// says nothing about the host.
-		reason, o = ReasonContextDone, outcomeNone
-		if resp != nil {
-			reason = ReasonNotRetryable
-		}
 	case err != nil && malformedURL(r.req):
 		// The same URL will fail the same way.
-		reason, o = ReasonNotRetryable, outcomeNone
-	case !t.retryIf(resp, err):
-		// The host answered (a response is a success to the circuit), or
-		// failed in a way no retry mends (which tells nothing of the host).
-		reason, o = ReasonNotRetryable, outcomeSuccess
-		if resp == nil {
-			o = outcomeNone
+	default:
+		retryable = t.retryIf(resp, err)
+		switch {
+		case retryable:
+			o = outcomeFailure
+		case resp != nil:
+			// The host answered: a success to the circuit.
+			o = outcomeSuccess
 		}
-	case r.stop != ReasonNone:
-		reason = r.stop
-	case r.attempts >= t.maxAttempts:
-		reason = ReasonAttemptsUsed
+		// A transport error that no retry mends (a certificate error)
+		// tells nothing of the host's health.
 	}
 	if r.lane != nil {
-		r.lane.record(r.ticket, o)
+		r.report(r.lane.record(r.ticket, o))
 	}
-	return reason
+	switch {
+	case !retryable && err == nil:
+		return true, ReasonNone
+	case !retryable && ctxDone:
+		return true, ReasonContextDone
+	case !retryable:
+		return true, ReasonNotRetryable
+	case ctxDone:
+		return true, ReasonContextDone
+	case r.stop != ReasonNone:
+		return true, r.stop
+	case r.attempts >= t.maxAttempts:
+		return true, ReasonAttemptsUsed
+	}
+	return false, ReasonNone
 }
 
 // delay draws the wait before the next attempt and checks, in the order of
@@ -319,9 +264,16 @@ func (r *retrier) stopReason(resp *http.Response, err error) Reason {
 func (r *retrier) delay(resp *http.Response) (time.Duration, Reason) {
 	t := r.t
 	now := time.Now()
-	d, fromHeader := time.Duration(0), false
+	var d time.Duration
+	var fromHeader, clamped bool
 	if resp != nil {
-		d, fromHeader, _ = retryAfterDelay(resp.Header, now, t.maxRetryAfter, t.retryAfterSpread)
+		d, fromHeader, clamped = retryAfterDelay(resp.Header, now, t.maxRetryAfter, t.retryAfterSpread)
+		if resp.Header.Get("Retry-After") != "" {
+			t.stats.raSeen.Add(1)
+		}
+		if clamped {
+			t.stats.raClamped.Add(1)
+		}
 	}
 	if !fromHeader {
 		d = t.policy.Delay(r.attempts, r.getPrev())
@@ -333,9 +285,46 @@ func (r *retrier) delay(resp *http.Response) (time.Duration, Reason) {
 	}
 	if t.budget != nil && !t.budget.withdraw(r.key) {
 		// No token: skip the sleep for an attempt that will not be made.
+		t.stats.budgetDenied.Add(1)
 		return d, ReasonBudgetExhausted
 	}
+	t.stats.recordDelay(r.attempts, d)
+	fire(r.hooks, (*Hooks).retryScheduled, RetryInfo{Request: r.req, Retry: r.attempts, Delay: d, RetryAfter: fromHeader, Clamped: clamped})
 	return d, ReasonNone
+}
+
+// finish ends the request with the last outcome. A request that stops on a
+// failure, or with an error, gives up: that is counted and reported with
+// its reason.
+func (r *retrier) finish(resp *http.Response, err error, reason Reason) (*http.Response, error) {
+	if r.attempts == 0 {
+		r.t.stats.notSent.Add(1)
+	}
+	if reason == ReasonNone {
+		return resp, nil
+	}
+	r.t.stats.giveUps[reason].Add(1)
+	info := GiveUpInfo{Request: r.req, Attempts: r.attempts, Reason: reason}
+	if err != nil {
+		err = &Error{Method: r.req.Method, Host: host(r.req), Attempts: r.attempts, Reason: reason, Err: err}
+		info.Err = err
+	} else {
+		info.Status = resp.StatusCode
+	}
+	fire(r.hooks, (*Hooks).giveUp, info)
+	if err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// report passes a circuit's change of state to the hooks, after the lane's
+// lock has been released.
+func (r *retrier) report(tr transition) {
+	if tr.from == tr.to || !r.hooks.any() {
+		return
+	}
+	fire(r.hooks, (*Hooks).circuitChange, CircuitChangeInfo{Host: r.key.String(), From: tr.from, To: tr.to})
 }
 
 // admit asks the host's circuit to let the next attempt through.
@@ -343,8 +332,12 @@ func (r *retrier) admit() error {
 	if r.lane == nil {
 		return nil
 	}
-	tk, _, err := r.lane.allow()
+	tk, tr, err := r.lane.allow()
 	r.ticket = tk
+	r.report(tr)
+	if err != nil {
+		r.t.stats.circuitRejected.Add(1)
+	}
 	return err
 }
 
@@ -373,25 +366,9 @@ func (r *retrier) setPrev(d time.Duration) {
 	r.prev = d
 }
 
-// nextRequest prepares the next attempt's request before anything is
-// drained, so that a failure to get a fresh body still returns the last
-// response untouched.
-func (r *retrier) nextRequest() (*http.Request, Reason) {
-	c, err := r.clone()
-	if err != nil {
-		return nil, ReasonBodyNotReplayable
-	}
-	return c, ReasonNone
-}
-
 // malformedURL reports a URL that no transport can send to.
 func malformedURL(req *http.Request) bool {
 	return req.URL == nil || req.URL.Scheme == "" || req.URL.Host == ""
-}
-
-// fail wraps the cause in an Error.
-func (r *retrier) fail(reason Reason, err error) error {
-	return &Error{Method: r.req.Method, Host: host(r.req), Attempts: r.attempts, Reason: reason, Err: err}
 }
 
 func host(req *http.Request) string {
@@ -422,19 +399,5 @@ func sleep(ctx context.Context, d time.Duration, opened <-chan struct{}) error {
 		return ctx.Err()
 	case <-opened:
 		return ErrCircuitOpen
-	}
-}
-
-// drain reads at most drainLimit bytes of a discarded body, so its
-// connection can be reused, then closes it.
-func drain(body io.ReadCloser) {
-	_, _ = io.CopyN(io.Discard, body, drainLimit)
-	_ = body.Close()
-}
-
-// closeRequestBody closes the body of a request that will not be sent.
-func closeRequestBody(req *http.Request) {
-	if req != nil && req.Body != nil {
-		_ = req.Body.Close()
 	}
 }

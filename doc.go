@@ -1,0 +1,35 @@
+// Package retryhttp provides an http.RoundTripper that retries the requests
+// it safely can, spreads the retries so that many clients that failed
+// together do not come back together, and stops retrying when retrying would
+// only deepen an outage.
+//
+// Use it as an http.Client's Transport, or under any SDK that accepts an
+// *http.Client:
+//
+//	client := &http.Client{Transport: retryhttp.New(nil)}
+//
+// # Which RoundTripper rule it bends
+//
+// The http.RoundTripper contract says a RoundTripper should not interpret
+// the response. This one looks at the status code, because a 503 or a 429 is
+// the commonest failure a retry can mend. It keeps the rest of the contract:
+// it never modifies the caller's request (each retry sends a clone with a
+// fresh body), closes the request body on every path, returns a response or
+// an error but never both, and never invents a response: when retries end on
+// a status code, the caller gets that last real response, body unread, and a
+// nil error.
+//
+// # What it retries
+//
+// Methods GET, HEAD, OPTIONS, TRACE, PUT and DELETE, and POST or PATCH only
+// when they carry a non-empty Idempotency-Key header; a body must be
+// replayable (GetBody, http.NoBody, or buffered by WithBodyBuffer). Outcomes:
+// transport errors other than the request's own context ending, certificate
+// errors and malformed URLs, and the statuses 408, 429, 500, 502, 503 and
+// 504. Everything else is returned at once.
+//
+// Before each retry it checks, in this order: are attempts left, does the
+// context's deadline leave room for the delay, does the retry budget hold a
+// token. Only then does it sleep, and the sleep ends as soon as the request's
+// context ends or the host's circuit opens.
+package retryhttp

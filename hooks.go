@@ -1,0 +1,127 @@
+package retryhttp
+
+import (
+	"context"
+	"net/http"
+	"time"
+)
+
+// Hooks is a set of optional callbacks that observe a Transport, in the
+// manner of net/http/httptrace.ClientTrace. Set them per transport with
+// WithHooks and per request with ContextWithHooks; when both are set, both
+// are called, the transport's first. Any field may be nil.
+//
+// Hooks run synchronously on the goroutine of the request they observe, and
+// never under a lock of the transport, budget or breaker. A slow hook
+// therefore delays only its own request (and spends that request's context
+// deadline), never another's; a hook that blocks blocks its request. A hook
+// must not modify the request or read or close a response body. Hooks shared
+// between requests must be safe for concurrent use.
+//
+// The request a hook receives is the caller's, so it carries headers and
+// the URL's query; logging them can leak secrets (see the slog example).
+type Hooks struct {
+	// AttemptStart is called before each attempt is sent to the next
+	// RoundTripper.
+	AttemptStart func(AttemptStartInfo)
+	// AttemptDone is called when the next RoundTripper returns.
+	AttemptDone func(AttemptDoneInfo)
+	// RetryScheduled is called when a retry has passed every check and the
+	// transport is about to wait before sending it.
+	RetryScheduled func(RetryInfo)
+	// GiveUp is called when the transport stops retrying a request whose
+	// last outcome was a failure, or returns an error: the reason says why.
+	GiveUp func(GiveUpInfo)
+	// CircuitChange is called when a host's circuit changes state, with the
+	// hooks of the request whose attempt (or admission) changed it. A
+	// Breaker shared between transports reports through the transport whose
+	// request caused the change.
+	CircuitChange func(CircuitChangeInfo)
+}
+
+// AttemptStartInfo describes an attempt about to be sent.
+type AttemptStartInfo struct {
+	Request *http.Request // the caller's request
+	Attempt int           // 1 for the first attempt
+}
+
+// AttemptDoneInfo describes the outcome of an attempt.
+type AttemptDoneInfo struct {
+	Request  *http.Request // the caller's request
+	Attempt  int           // 1 for the first attempt
+	Status   int           // the response's status code; 0 on error
+	Err      error         // the transport error; nil with a response
+	Duration time.Duration // from sending to the response headers or the error
+}
+
+// RetryInfo describes a scheduled retry.
+type RetryInfo struct {
+	Request    *http.Request // the caller's request
+	Retry      int           // the retry's number: 1 for the first retry (the second attempt)
+	Delay      time.Duration // the wait drawn before it
+	RetryAfter bool          // the server's Retry-After set the delay
+	Clamped    bool          // the Retry-After asked for more than the clamp allows
+}
+
+// GiveUpInfo describes why a request stopped being retried.
+type GiveUpInfo struct {
+	Request  *http.Request // the caller's request
+	Attempts int           // attempts sent
+	Reason   Reason        // why no further attempt was made
+	Status   int           // the status of the response returned; 0 with an error
+	Err      error         // the error returned; nil with a response
+}
+
+// CircuitChangeInfo describes a change of a host's circuit.
+type CircuitChangeInfo struct {
+	Host     string // scheme://host[:port]
+	From, To State
+}
+
+// WithHooks sets hooks called for every request through the transport; nil
+// means none.
+func WithHooks(h *Hooks) Option {
+	return func(t *Transport) { t.hooks = h }
+}
+
+type hooksKey struct{}
+
+// ContextWithHooks returns a copy of ctx carrying hooks for the requests made
+// with it, called beside the transport's own.
+func ContextWithHooks(ctx context.Context, h *Hooks) context.Context {
+	return context.WithValue(ctx, hooksKey{}, h)
+}
+
+// hookSet is the hooks of one request: the transport's and the request's.
+type hookSet struct {
+	t, r *Hooks
+}
+
+func hooksOf(t *Transport, ctx context.Context) hookSet {
+	h := hookSet{t: t.hooks}
+	h.r, _ = ctx.Value(hooksKey{}).(*Hooks)
+	return h
+}
+
+func (h hookSet) any() bool { return h.t != nil || h.r != nil }
+
+// fire calls the hook that pick selects, the transport's then the
+// request's, skipping those not set.
+func fire[I any](h hookSet, pick func(*Hooks) func(I), info I) {
+	if h.t != nil {
+		if f := pick(h.t); f != nil {
+			f(info)
+		}
+	}
+	if h.r != nil {
+		if f := pick(h.r); f != nil {
+			f(info)
+		}
+	}
+}
+
+func (h *Hooks) attemptStart() func(AttemptStartInfo)   { return h.AttemptStart }
+func (h *Hooks) attemptDone() func(AttemptDoneInfo)     { return h.AttemptDone }
+func (h *Hooks) retryScheduled() func(RetryInfo)        { return h.RetryScheduled }
+func (h *Hooks) giveUp() func(GiveUpInfo)               { return h.GiveUp }
+func (h *Hooks) circuitChange() func(CircuitChangeInfo) { return h.CircuitChange }

@@ -1,0 +1,187 @@
+// Package herdsim runs the thundering-herd scenario through the real
+// retryhttp.Transport against an in-memory endpoint, so that it can run in
+// virtual time inside a testing/synctest bubble: N deliveries, one request
+// each, to one endpoint that fails completely for an outage and then
+// recovers at once.
+package herdsim
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/retryhttp/retryhttp"
+)
+
+// Bucket is the width of the time slices that peaks are measured over.
+const Bucket = 100 * time.Millisecond
+
+// Scenario is one run of the herd.
+type Scenario struct {
+	Name       string             // the row's name in the table
+	Deliveries int                // concurrent deliveries, one request each
+	Outage     time.Duration      // the endpoint fails every attempt for this long from t = 0
+	Status     int                // the failure status; 0 means 503
+	RetryAfter string             // Retry-After sent with each failure; "" sends none
+	Options    []retryhttp.Option // the transport's options
+}
+
+// Result is what the endpoint and the callers saw.
+type Result struct {
+	Name            string
+	PeakOutageRPS   float64        // largest 100 ms bucket of retries (attempt 2 and later) before recovery, per second
+	PeakRecoveryRPS float64        // largest 100 ms bucket of any attempts from recovery on, per second
+	T99             *time.Duration // when 99% of deliveries had succeeded; nil if never
+	Delivered       int            // deliveries whose caller got a 200
+	Attempts        int            // every attempt the endpoint received
+	Retries         int            // attempts after the first
+	Wasted          int            // retries that did not succeed
+	PerBucket       []int          // attempts the endpoint received per 100 ms bucket
+	CircuitOpen     int            // deliveries refused or woken by an open circuit
+	End             time.Duration  // when the last caller returned
+}
+
+// Run runs s and returns what was seen. It must be called inside a
+// synctest bubble (it creates the transport there, so that the budget's
+// limiter runs on the bubble's clock), and it returns when every delivery's
+// RoundTrip has returned.
+func Run(s Scenario) Result {
+	if s.Status == 0 {
+		s.Status = http.StatusServiceUnavailable
+	}
+	ep := &endpoint{
+		start:      time.Now(),
+		outage:     s.Outage,
+		status:     s.Status,
+		retryAfter: s.RetryAfter,
+		seen:       make([]int, s.Deliveries),
+	}
+	tr := retryhttp.New(ep, s.Options...)
+	done := make([]time.Duration, s.Deliveries) // when delivery i succeeded; -1 if it did not
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		opened int
+		end    time.Duration
+	)
+	for i := range s.Deliveries {
+		wg.Go(func() {
+			ctx := context.WithValue(context.Background(), deliveryKey{}, i)
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://tenant.test/hook", nil)
+			if err != nil {
+				panic(err)
+			}
+			resp, err := tr.RoundTrip(req)
+			at := time.Since(ep.start)
+			done[i] = -1
+			if err == nil {
+				if resp.StatusCode == http.StatusOK {
+					done[i] = at
+				}
+				resp.Body.Close()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && errors.Is(err, retryhttp.ErrCircuitOpen) {
+				opened++
+			}
+			end = max(end, at)
+		})
+	}
+	wg.Wait()
+	return ep.result(s, done, opened, end)
+}
+
+type deliveryKey struct{}
+
+// endpoint is the tenant: it fails every attempt until the outage ends,
+// then answers 200, and counts what it received per 100 ms bucket.
+type endpoint struct {
+	start      time.Time
+	outage     time.Duration
+	status     int
+	retryAfter string
+
+	mu       sync.Mutex
+	seen     []int // attempts received per delivery; guarded by mu
+	attempts []int // per bucket; guarded by mu
+	retries  []int // attempts after the first, per bucket, before recovery; guarded by mu
+	wasted   int   // guarded by mu
+}
+
+func (e *endpoint) RoundTrip(req *http.Request) (*http.Response, error) {
+	at := time.Since(e.start)
+	down := at < e.outage
+	i := req.Context().Value(deliveryKey{}).(int)
+	b := int(at / Bucket)
+
+	e.mu.Lock()
+	e.seen[i]++
+	n := e.seen[i]
+	for len(e.attempts) <= b {
+		e.attempts = append(e.attempts, 0)
+		e.retries = append(e.retries, 0)
+	}
+	e.attempts[b]++
+	if n > 1 && down {
+		e.retries[b]++
+		e.wasted++
+	}
+	e.mu.Unlock()
+
+	resp := &http.Response{
+		StatusCode: http.StatusOK,
+		Header:     http.Header{},
+		Body:       http.NoBody,
+		Request:    req,
+	}
+	if down {
+		resp.StatusCode = e.status
+		if e.retryAfter != "" {
+			resp.Header.Set("Retry-After", e.retryAfter)
+		}
+	}
+	return resp, nil
+}
+
+func (e *endpoint) result(s Scenario, done []time.Duration, opened int, end time.Duration) Result {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := Result{Name: s.Name, Wasted: e.wasted, CircuitOpen: opened, End: end}
+	r.PerBucket = append([]int(nil), e.attempts...)
+	recovery := int(e.outage / Bucket)
+	perSecond := float64(time.Second / Bucket)
+	for b, n := range e.attempts {
+		r.Attempts += n
+		if b < recovery {
+			r.PeakOutageRPS = max(r.PeakOutageRPS, float64(e.retries[b])*perSecond)
+		} else {
+			r.PeakRecoveryRPS = max(r.PeakRecoveryRPS, float64(n)*perSecond)
+		}
+	}
+	for _, n := range e.seen {
+		r.Retries += max(n-1, 0)
+	}
+	var times []time.Duration
+	for _, d := range done {
+		if d >= 0 {
+			times = append(times, d)
+		}
+	}
+	r.Delivered = len(times)
+	if need := (99*s.Deliveries + 99) / 100; len(times) >= need && need > 0 {
+		t := nth(times, need-1)
+		r.T99 = &t
+	}
+	return r
+}
+
+// nth returns the k-th smallest of ds (0-based).
+func nth(ds []time.Duration, k int) time.Duration {
+	c := append([]time.Duration(nil), ds...)
+	slices.Sort(c)
+	return c[k]
+}

@@ -1,0 +1,144 @@
+package retryhttp
+
+import (
+	"math"
+	"math/bits"
+	"sync/atomic"
+	"time"
+)
+
+// Stats is a snapshot of a Transport's counters, taken by
+// (*Transport).Stats. Each counter is read atomically, but not all at one
+// instant: a request in flight may show in Requests before its attempt
+// shows in Attempts. The counters only grow.
+type Stats struct {
+	Requests          uint64            // calls to RoundTrip
+	Attempts          uint64            // attempts sent to the next RoundTripper
+	Retries           uint64            // attempts after the first
+	RetryAfterSeen    uint64            // retryable responses that carried a Retry-After header
+	RetryAfterClamped uint64            // Retry-After values above the clamp (WithMaxRetryAfter)
+	BudgetDenied      uint64            // retries the budget refused
+	CircuitRejected   uint64            // attempts an open circuit refused, and sleeps it ended
+	GiveUps           map[Reason]uint64 // requests that stopped on a failure, by reason; only reasons seen
+	// Delays holds the histogram of the delays waited before each retry, by
+	// retry number: Delays[0] for the first retry, up to Delays[len-1], which
+	// also holds every later retry.
+	Delays []DelayHistogram
+}
+
+// DelayHistogram counts the delays waited before one retry number. Under
+// FullJitter the delays of retry n should spread evenly from zero to
+// min(Cap, Base·2^(n−1)): a spike at that bound means the cap binds earlier
+// than intended, and a spike at zero means a server's Retry-After: 0 is
+// being honoured from an endpoint that should be circuit-broken instead.
+type DelayHistogram struct {
+	Retry int           // the retry number, 1 for the first retry; the last histogram holds this and every later one
+	Count uint64        // delays counted
+	Sum   time.Duration // their sum
+	// Counts[i] counts the delays d with Bounds[i-1] <= d < Bounds[i]
+	// (Bounds[-1] being 0). The bounds are the same for every histogram:
+	// see DelayBucketBounds.
+	Counts []uint64
+}
+
+// Histogram layout: one bucket for [0, 1 ms), then each octave
+// [2^k ms, 2^(k+1) ms) for k = 0..delayOctaves-1 split into delaySubBuckets
+// equal parts, then one bucket for everything from 2^delayOctaves ms
+// (65.5 s) up. Relative resolution is 1/8 at every scale, from 125 µs near
+// 1 ms to 4 s near 30 s.
+const (
+	delayOctaves    = 16
+	delaySubBuckets = 8
+	delayBuckets    = 1 + delayOctaves*delaySubBuckets + 1
+	delayRetries    = 16 // retry numbers with a histogram of their own
+)
+
+// DelayBucketBounds returns the exclusive upper bounds of the buckets of
+// every DelayHistogram: 1 ms; then eight equal steps per doubling up to
+// 65.536 s; the last bound is the largest Duration.
+func DelayBucketBounds() []time.Duration {
+	b := make([]time.Duration, delayBuckets)
+	b[0] = time.Millisecond
+	for k := range delayOctaves {
+		lo := time.Millisecond << k
+		for s := range delaySubBuckets {
+			b[1+k*delaySubBuckets+s] = lo + lo*time.Duration(s+1)/delaySubBuckets
+		}
+	}
+	b[delayBuckets-1] = math.MaxInt64
+	return b
+}
+
+// delayBucket returns the index of the bucket that holds d.
+func delayBucket(d time.Duration) int {
+	if d < time.Millisecond {
+		return 0
+	}
+	k := bits.Len64(uint64(d/time.Millisecond)) - 1 // d is in [2^k ms, 2^(k+1) ms)
+	if k >= delayOctaves {
+		return delayBuckets - 1
+	}
+	lo := time.Millisecond << k
+	return 1 + k*delaySubBuckets + int((d-lo)*delaySubBuckets/lo)
+}
+
+// stats holds a Transport's counters. Only requests is touched on the
+// success path: one atomic add, no lock, no allocation. Attempts are
+// derived: every request sends its first attempt unless it ends before
+// (notSent), and every retry sent is one more.
+type stats struct {
+	requests        atomic.Uint64
+	notSent         atomic.Uint64
+	retries         atomic.Uint64
+	raSeen          atomic.Uint64
+	raClamped       atomic.Uint64
+	budgetDenied    atomic.Uint64
+	circuitRejected atomic.Uint64
+	giveUps         [len(reasonNames)]atomic.Uint64
+	delays          [delayRetries]delayCounts
+}
+
+type delayCounts struct {
+	sum     atomic.Int64
+	buckets [delayBuckets]atomic.Uint64
+}
+
+func (s *stats) recordDelay(retry int, d time.Duration) {
+	h := &s.delays[min(retry, delayRetries)-1]
+	h.sum.Add(int64(d))
+	h.buckets[delayBucket(d)].Add(1)
+}
+
+// Stats returns a snapshot of the transport's counters and delay
+// histograms. It is safe to call concurrently with requests.
+func (t *Transport) Stats() Stats {
+	s := &t.stats
+	// notSent is read before requests: a request adds to requests before it
+	// can add to notSent, so Attempts never counts a request twice or
+	// underflows.
+	notSent := s.notSent.Load()
+	out := Stats{
+		Requests:          s.requests.Load(),
+		Retries:           s.retries.Load(),
+		RetryAfterSeen:    s.raSeen.Load(),
+		RetryAfterClamped: s.raClamped.Load(),
+		BudgetDenied:      s.budgetDenied.Load(),
+		CircuitRejected:   s.circuitRejected.Load(),
+		GiveUps:           map[Reason]uint64{},
+	}
+	out.Attempts = out.Requests - notSent + out.Retries
+	for r := range s.giveUps {
+		if n := s.giveUps[r].Load(); n > 0 {
+			out.GiveUps[Reason(r)] = n
+		}
+	}
+	for i := range s.delays {
+		h := DelayHistogram{Retry: i + 1, Sum: time.Duration(s.delays[i].sum.Load()), Counts: make([]uint64, delayBuckets)}
+		for b := range h.Counts {
+			h.Counts[b] = s.delays[i].buckets[b].Load()
+			h.Count += h.Counts[b]
+		}
+		out.Delays = append(out.Delays, h)
+	}
+	return out
+}
