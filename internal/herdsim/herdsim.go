@@ -40,6 +40,7 @@ type Result struct {
 	Retries         int            // attempts after the first
 	Wasted          int            // retries that did not succeed
 	PerBucket       []int          // attempts the endpoint received per 100 ms bucket
+	FirstAtZero     int            // first attempts that arrived at t = 0
 	CircuitOpen     int            // deliveries refused or woken by an open circuit
 	End             time.Duration  // when the last caller returned
 }
@@ -110,6 +111,7 @@ type endpoint struct {
 	attempts []int // per bucket; guarded by mu
 	retries  []int // attempts after the first, per bucket, before recovery; guarded by mu
 	wasted   int   // guarded by mu
+	atZero   int   // first attempts at t = 0; guarded by mu
 }
 
 func (e *endpoint) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -126,6 +128,9 @@ func (e *endpoint) RoundTrip(req *http.Request) (*http.Response, error) {
 		e.retries = append(e.retries, 0)
 	}
 	e.attempts[b]++
+	if n == 1 && at == 0 {
+		e.atZero++
+	}
 	if n > 1 && down {
 		e.retries[b]++
 		e.wasted++
@@ -150,7 +155,7 @@ func (e *endpoint) RoundTrip(req *http.Request) (*http.Response, error) {
 func (e *endpoint) result(s Scenario, done []time.Duration, opened int, end time.Duration) Result {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	r := Result{Name: s.Name, Wasted: e.wasted, CircuitOpen: opened, End: end}
+	r := Result{Name: s.Name, Wasted: e.wasted, FirstAtZero: e.atZero, CircuitOpen: opened, End: end}
 	r.PerBucket = append([]int(nil), e.attempts...)
 	recovery := int(e.outage / Bucket)
 	perSecond := float64(time.Second / Bucket)

@@ -1,0 +1,183 @@
+package herdsim
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/retryhttp/retryhttp"
+	"github.com/stretchr/testify/require"
+)
+
+var jsonOut = flag.String("json", "", "also write the seed table to this file as JSON")
+
+// The seed's scenario: 10,000 deliveries to one endpoint that fails
+// completely for 20 s and then recovers at once, base 200 ms, cap 30 s.
+const (
+	deliveries = 10_000
+	outage     = 20 * time.Second
+	base       = 200 * time.Millisecond
+	maxDelay   = 30 * time.Second
+	// seedAttempts is the seed's allowance. Four full-jitter attempts wait
+	// at most 0.2+0.4+0.8 = 1.4 s, so every delivery gives up long before a
+	// 20 s outage ends and none is ever delivered.
+	seedAttempts = 4
+	// attempts is the allowance of the main table. The seed's "time to 99%
+	// delivered" implies sequences that outlast the outage: with twelve
+	// attempts, plain exponential's eighth attempt comes at 25.4 s, and a
+	// full-jitter delivery's bounds sum to 141 s, so all but a sliver of
+	// deliveries still have an attempt left when the endpoint recovers.
+	attempts = 12
+)
+
+// row is one line of the table, in the JSON form the issue fixes.
+type row struct {
+	Policy          string   `json:"policy"`
+	Attempts        int      `json:"max_attempts"`
+	PeakOutageRPS   float64  `json:"peak_outage_rps"`
+	PeakRecoveryRPS float64  `json:"peak_recovery_rps"`
+	T99             *float64 `json:"t99_s"`
+	Delivered       int      `json:"delivered"`
+	Sent            int      `json:"attempts"`
+	Wasted          int      `json:"wasted"`
+	Per100ms        []int    `json:"per_100ms"`
+}
+
+func scenarios(maxAttempts int) []Scenario {
+	// Every row but the budget and breaker rows has both turned off, so the
+	// policy alone is measured, as in the seed.
+	alone := func(p retryhttp.Policy, more ...retryhttp.Option) []retryhttp.Option {
+		return append([]retryhttp.Option{
+			retryhttp.WithPolicy(p), retryhttp.WithMaxAttempts(maxAttempts),
+			retryhttp.WithBudget(nil), retryhttp.WithBreaker(nil),
+		}, more...)
+	}
+	full := retryhttp.FullJitter{Base: base, Cap: maxDelay}
+	return []Scenario{
+		{Name: "no backoff (immediate)", Options: alone(retryhttp.Immediate{})},
+		{Name: "plain exponential", Options: alone(retryhttp.Exponential{Base: base, Cap: maxDelay})},
+		{Name: "equal jitter", Options: alone(retryhttp.EqualJitter{Base: base, Cap: maxDelay})},
+		{Name: "full jitter", Options: alone(full)},
+		{Name: "decorrelated jitter", Options: alone(retryhttp.DecorrelatedJitter{Base: base, Cap: maxDelay})},
+		{Name: "full jitter + budget", Options: alone(full, retryhttp.WithBudget(retryhttp.NewBudget(retryhttp.BudgetConfig{})))},
+		{Name: "full jitter + budget + breaker", Options: alone(full,
+			retryhttp.WithBudget(retryhttp.NewBudget(retryhttp.BudgetConfig{})),
+			retryhttp.WithBreaker(retryhttp.NewBreaker(retryhttp.BreakerConfig{})))},
+		{Name: "full jitter + 50ms first-attempt jitter", Options: alone(full, retryhttp.WithFirstAttemptJitter(50*time.Millisecond))},
+		{Name: "Retry-After: 5, spread 1s", RetryAfter: "5", Options: alone(full)},
+		{Name: "Retry-After: 5, no spread", RetryAfter: "5", Options: alone(full, retryhttp.WithRetryAfterSpread(0))},
+	}
+}
+
+// TestSeedTable reproduces the seed's benchmark through the real Transport
+// in virtual time, prints the table, and checks the seed's claims.
+func TestSeedTable(t *testing.T) {
+	var rows []row
+	results := map[string]Result{}
+	for _, n := range []int{attempts, seedAttempts} {
+		for _, s := range scenarios(n) {
+			if n == seedAttempts && (strings.Contains(s.Name, "Retry-After") || strings.Contains(s.Name, "first-attempt")) {
+				continue // the seed's four-attempt table has the policy rows only
+			}
+			s.Deliveries, s.Outage = deliveries, outage
+			var r Result
+			synctest.Test(t, func(t *testing.T) { r = Run(s) })
+			if n == attempts {
+				results[s.Name] = r
+			}
+			rows = append(rows, toRow(r, n))
+		}
+	}
+	t.Log("\n" + table(rows))
+	if *jsonOut != "" {
+		b, err := json.MarshalIndent(rows, "", "  ")
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(*jsonOut, b, 0o644))
+	}
+
+	plain := results["plain exponential"]
+	require.GreaterOrEqual(t, plain.PeakRecoveryRPS, 0.9*plain.PeakOutageRPS,
+		"plain exponential: the herd is still in step at recovery")
+	for _, name := range []string{"equal jitter", "full jitter", "decorrelated jitter"} {
+		r := results[name]
+		require.Less(t, r.PeakRecoveryRPS, r.PeakOutageRPS, "%s: peak at recovery below its peak during the outage", name)
+	}
+	full := results["full jitter"]
+	require.LessOrEqual(t, full.PeakRecoveryRPS, 0.2*plain.PeakRecoveryRPS, "full jitter's peak at recovery vs plain's")
+	budget := results["full jitter + budget"]
+	require.LessOrEqual(t, float64(budget.Wasted), 0.1*float64(full.Wasted), "budget's wasted attempts vs full jitter's alone")
+	spread, herd := results["Retry-After: 5, spread 1s"], results["Retry-After: 5, no spread"]
+	require.LessOrEqual(t, peak(spread), 0.25*peak(herd), "Retry-After herd: peak with the spread vs without")
+
+	// Every row sent its 10,000 first attempts as one batch at t = 0, but
+	// the first-attempt jitter row, which spreads them over 50 ms.
+	for name, r := range results {
+		if strings.Contains(name, "first-attempt") {
+			require.Less(t, r.FirstAtZero, deliveries/100, "%s: first attempts spread", name)
+			continue
+		}
+		require.Equal(t, deliveries, r.FirstAtZero, "%s: first attempts at t = 0", name)
+	}
+}
+
+func peak(r Result) float64 { return max(r.PeakOutageRPS, r.PeakRecoveryRPS) }
+
+func toRow(r Result, maxAttempts int) row {
+	out := row{
+		Policy: r.Name, Attempts: maxAttempts,
+		PeakOutageRPS: r.PeakOutageRPS, PeakRecoveryRPS: r.PeakRecoveryRPS,
+		Delivered: r.Delivered, Sent: r.Attempts, Wasted: r.Wasted, Per100ms: r.PerBucket,
+	}
+	if r.T99 != nil {
+		s := r.T99.Seconds()
+		out.T99 = &s
+	}
+	return out
+}
+
+// table formats the rows as the seed's table, with a sparkline of the
+// endpoint's attempts per 100 ms under each row.
+func table(rows []row) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-42s %8s %12s %12s %16s %9s %9s %9s\n",
+		"policy", "attempts", "peak outage", "peak recov.", "t99 delivered", "delivered", "sent", "wasted")
+	for _, r := range rows {
+		t99 := fmt.Sprintf("never (%.1f%%)", 100*float64(r.Delivered)/deliveries)
+		if r.T99 != nil {
+			t99 = fmt.Sprintf("%.1f s", *r.T99)
+		}
+		fmt.Fprintf(&b, "%-42s %8d %10.0f/s %10.0f/s %16s %9d %9d %9d\n",
+			r.Policy, r.Attempts, r.PeakOutageRPS, r.PeakRecoveryRPS, t99, r.Delivered, r.Sent, r.Wasted)
+		fmt.Fprintf(&b, "    per 100 ms: %s\n", sparkline(r.Per100ms, 400))
+	}
+	return b.String()
+}
+
+// sparkline draws counts, one character per bucket up to limit buckets,
+// scaled to the largest count; a blank is zero.
+func sparkline(counts []int, limit int) string {
+	levels := []rune(" ▁▂▃▄▅▆▇█")
+	top := 0
+	for _, c := range counts {
+		top = max(top, c)
+	}
+	var b strings.Builder
+	for i, c := range counts {
+		if i == limit {
+			b.WriteString("…")
+			break
+		}
+		l := 0
+		if c > 0 {
+			l = 1 + (c*(len(levels)-2))/max(top, 1)
+		}
+		b.WriteRune(levels[l])
+	}
+	fmt.Fprintf(&b, " (max %d)", top)
+	return b.String()
+}
