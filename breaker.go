@@ -102,7 +102,7 @@ func NewBreaker(c BreakerConfig) *Breaker {
 		c.Probes = DefaultBreakerProbes
 	}
 	b := &Breaker{cfg: c}
-	b.lanes.idle = func(l *lane, _ time.Time) bool { return l.idle() }
+	b.lanes.idle = (*lane).idle
 	return b
 }
 
@@ -151,7 +151,8 @@ const (
 
 // lane is one host's memory: its circuit and the previous delay that
 // DecorrelatedJitter grows from. Both are reset by a success to the host,
-// never by time alone.
+// never by time alone; a lane leaves memory only when its host's table must
+// make room and the lane is idle (see idle and table).
 type lane struct {
 	b *Breaker
 	// word is the state in its low 2 bits and the generation above them, so
@@ -243,11 +244,14 @@ func (l *lane) record(tk ticket, o outcome) transition {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	state, gen := unpack(l.word.Load())
+	if gen != tk.gen {
+		// From an earlier state: ignored. A probe of an earlier half-open
+		// period no longer holds a place: allow reset the count when the
+		// current period began.
+		return transition{}
+	}
 	if tk.probe {
 		l.probes--
-	}
-	if gen != tk.gen {
-		return transition{} // from an earlier state: ignored
 	}
 	switch {
 	case state == StateHalfOpen && o == outcomeSuccess:
@@ -314,11 +318,16 @@ func (l *lane) openedChan() <-chan struct{} {
 	return l.opened
 }
 
-// idle reports that the lane holds nothing a fresh lane would not: closed,
-// no failure period, no probe, no previous delay.
-func (l *lane) idle() bool {
+// idle reports that the lane may leave memory: its circuit is closed, no
+// probe is in flight, and no failure period is under way (none, or one older
+// than twice the span, which the next failure would start afresh). A
+// DecorrelatedJitter previous delay does not keep a lane: the table drops
+// idle lanes only when it must grow, so that memory is bounded, and a host
+// dropped then starts again from Base.
+func (l *lane) idle(now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	state, _ := unpack(l.word.Load())
-	return state == StateClosed && !l.failing.Load() && l.probes == 0 && l.prev.Load() == 0
+	stale := !l.failing.Load() || now.Sub(l.since) > 2*l.b.cfg.Span
+	return state == StateClosed && l.probes == 0 && stale
 }

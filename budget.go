@@ -58,8 +58,8 @@ type BudgetConfig struct {
 // last response at once, without sleeping. A Budget may be shared between
 // transports, and is safe for concurrent use. A deposit takes no lock.
 type Budget struct {
-	ratio   int64 // milli-tokens deposited per original request
-	max     int64 // cap of banked milli-tokens
+	ratio   int64 // micro-tokens deposited per original request
+	max     int64 // cap of banked micro-tokens
 	perSec  float64
 	perHost bool
 
@@ -67,9 +67,10 @@ type Budget struct {
 	hosts  table[*bucket]
 }
 
-// milli is the fixed-point scale of banked tokens: a deposit of 0.1 token is
-// 100 milli-tokens, so deposits are one atomic add.
-const milli = 1000
+// unit is the fixed-point scale of banked tokens: one token is a million
+// micro-tokens, so a deposit of 0.1 token is an integer add and a Ratio as
+// small as 0.000001 (one retry per million requests) still counts.
+const unit = 1_000_000
 
 // NewBudget returns a Budget configured by c, with defaults for zero fields.
 func NewBudget(c BudgetConfig) *Budget {
@@ -83,8 +84,8 @@ func NewBudget(c BudgetConfig) *Budget {
 		c.MaxTokens = DefaultBudgetMaxTokens
 	}
 	b := &Budget{
-		ratio:   int64(math.Round(max(c.Ratio, 0) * milli)),
-		max:     int64(math.Round(min(c.MaxTokens, math.MaxInt64/(2*milli)) * milli)),
+		ratio:   int64(math.Round(min(max(c.Ratio, 0), math.MaxInt64/(4*unit)) * unit)),
+		max:     int64(math.Round(min(c.MaxTokens, math.MaxInt64/(4*unit)) * unit)),
 		perSec:  max(c.MinPerSecond, 0),
 		perHost: c.PerHost,
 	}
@@ -95,10 +96,10 @@ func NewBudget(c BudgetConfig) *Budget {
 	return b
 }
 
-// bucket is one budget's tokens: deposits banked in milli-tokens, and the
+// bucket is one budget's tokens: deposits banked in micro-tokens, and the
 // floor's limiter.
 type bucket struct {
-	banked atomic.Int64  // milli-tokens, 0 <= banked <= Budget.max
+	banked atomic.Int64  // micro-tokens, 0 <= banked <= max
 	floor  *rate.Limiter // nil when there is no floor
 	max    int64
 }
@@ -120,19 +121,17 @@ func (b *Budget) bucketFor(k hostKey) *bucket {
 }
 
 // deposit credits one original request to the host's bucket. It takes no
-// lock: one atomic load when the bank is full, one add otherwise.
+// lock: one atomic load when the bank is full, a compare-and-swap otherwise,
+// so the bank stays within [0, max] under any interleaving.
 func (b *Budget) deposit(k hostKey) {
 	if b.ratio == 0 {
 		return
 	}
 	bk := b.bucketFor(k)
-	if bk.banked.Load() >= bk.max {
-		return
-	}
-	if v := bk.banked.Add(b.ratio); v > bk.max {
-		// Give back what overflowed the cap; a concurrent withdrawal in
-		// between only makes this a little generous, never negative.
-		bk.banked.Add(bk.max - v)
+	for v := bk.banked.Load(); v < bk.max; v = bk.banked.Load() {
+		if bk.banked.CompareAndSwap(v, min(v+b.ratio, bk.max)) {
+			return
+		}
 	}
 }
 
@@ -142,10 +141,10 @@ func (b *Budget) withdraw(k hostKey) bool {
 	bk := b.bucketFor(k)
 	for {
 		v := bk.banked.Load()
-		if v < milli {
+		if v < unit {
 			break
 		}
-		if bk.banked.CompareAndSwap(v, v-milli) {
+		if bk.banked.CompareAndSwap(v, v-unit) {
 			return true
 		}
 	}
@@ -156,7 +155,7 @@ func (b *Budget) withdraw(k hostKey) bool {
 // banked plus the floor's.
 func (b *Budget) tokens(k hostKey, t time.Time) float64 {
 	bk := b.bucketFor(k)
-	n := float64(bk.banked.Load()) / milli
+	n := float64(bk.banked.Load()) / unit
 	if bk.floor != nil {
 		n += bk.floor.TokensAt(t)
 	}

@@ -66,13 +66,15 @@ type DecorrelatedJitter struct {
 
 // Delay implements Policy.
 func (p DecorrelatedJitter) Delay(_ int, prev time.Duration) time.Duration {
-	base, maxd := limits(p.Base, p.Cap)
+	base, maxd := defaults(p.Base, p.Cap)
+	maxd = max(maxd, base) // a Cap below Base is raised to Base
 	if prev < base {
 		prev = base
 	}
 	hi := maxd
-	// 3·prev, computed so that it cannot overflow.
-	if prev < maxd/3 {
+	// 3·prev, computed so that it cannot overflow: prev <= maxd/3 exactly
+	// when 3·prev <= maxd.
+	if prev <= maxd/3 {
 		hi = 3 * prev
 	}
 	// Inclusive of hi, as the interval is closed.
@@ -102,36 +104,32 @@ type Immediate struct{}
 // Delay implements Policy.
 func (Immediate) Delay(int, time.Duration) time.Duration { return 0 }
 
-// limits returns base and cap with defaults applied and cap >= base.
-func limits(base, maxd time.Duration) (time.Duration, time.Duration) {
+// defaults returns base and cap with the defaults applied to fields that are
+// zero or negative.
+func defaults(base, maxd time.Duration) (time.Duration, time.Duration) {
 	if base <= 0 {
 		base = DefaultBase
 	}
 	if maxd <= 0 {
 		maxd = DefaultCap
 	}
-	if maxd < base {
-		maxd = base
-	}
 	return base, maxd
 }
 
 // bound returns min(cap, base·2^(n−1)) with defaults applied, for any n
-// (n < 1 counts as 1), without overflow: the cap is applied before the
-// doubling can pass it.
+// (n < 1 counts as 1), without overflow: the doubling stops as soon as it
+// would pass the cap.
 func bound(n int, base, maxd time.Duration) time.Duration {
-	base, maxd = limits(base, maxd)
-	if n < 1 {
-		n = 1
-	}
-	d := base
-	for i := 1; i < n; i++ {
-		if d >= maxd/2 {
+	base, maxd = defaults(base, maxd)
+	d := min(base, maxd)
+	for i := 1; i < n && d < maxd; i++ {
+		if d > maxd-d {
+			// 2d would pass the cap (and might overflow).
 			return maxd
 		}
 		d *= 2
 	}
-	return min(d, maxd)
+	return d
 }
 
 // uniform returns a duration drawn uniformly from [lo, lo+width); width <= 0

@@ -86,5 +86,6 @@ func retryAfterDelay(h http.Header, now time.Time, maxWait, spread time.Duration
 	if d > maxWait {
 		d, clamped = maxWait, true
 	}
-	return d + uniform(0, spread), true, clamped
+	// Saturate rather than wrap when the clamp is near the largest Duration.
+	return d + uniform(0, min(spread, math.MaxInt64-d)), true, clamped
 }

@@ -109,6 +109,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			if reason == ReasonNone {
 				areq, reason = r.nextRequest()
 			}
+			if reason == ReasonNone {
+				reason = r.schedule(areq, delay)
+			}
 			stop = reason != ReasonNone
 		}
 		if stop {
@@ -145,6 +148,9 @@ type retrier struct {
 	key      hostKey
 	lane     *lane  // the host's circuit and memory; nil without a Breaker
 	ticket   ticket // the latest attempt's admission by the circuit
+	// fromHeader and clamped describe the latest drawn delay: a Retry-After
+	// set it, and was clamped.
+	fromHeader, clamped bool
 }
 
 // attempt sends one attempt and normalises what next returned: exactly one
@@ -186,7 +192,7 @@ func (r *retrier) send(areq *http.Request) (*http.Response, error) {
 	case err == nil && resp == nil:
 		return nil, errNilResponse
 	}
-	return resp, nil
+	return resp, err
 }
 
 var errNilResponse = errors.New("retryhttp: next RoundTripper returned a nil response and a nil error")
@@ -258,24 +264,22 @@ func (r *retrier) stopReason(resp *http.Response, err error) (bool, Reason) {
 	return false, ReasonNone
 }
 
-// delay draws the wait before the next attempt and checks, in the order of
-// the package documentation, that the deadline leaves room for it and that
-// the budget allows it.
+// delay draws the wait before the next attempt: the server's Retry-After
+// if it gave a usable one, else the policy's. It then checks, first of the
+// checks before a retry, that the caller's deadline leaves room for it.
 func (r *retrier) delay(resp *http.Response) (time.Duration, Reason) {
 	t := r.t
 	now := time.Now()
 	var d time.Duration
-	var fromHeader, clamped bool
-	if resp != nil {
-		d, fromHeader, clamped = retryAfterDelay(resp.Header, now, t.maxRetryAfter, t.retryAfterSpread)
-		if resp.Header.Get("Retry-After") != "" {
-			t.stats.raSeen.Add(1)
-		}
-		if clamped {
+	r.fromHeader, r.clamped = false, false
+	if resp != nil && resp.Header.Get("Retry-After") != "" {
+		t.stats.raSeen.Add(1)
+		d, r.fromHeader, r.clamped = retryAfterDelay(resp.Header, now, t.maxRetryAfter, t.retryAfterSpread)
+		if r.clamped {
 			t.stats.raClamped.Add(1)
 		}
 	}
-	if !fromHeader {
+	if !r.fromHeader {
 		d = t.policy.Delay(r.attempts, r.getPrev())
 	}
 	r.setPrev(d)
@@ -283,14 +287,23 @@ func (r *retrier) delay(resp *http.Response) (time.Duration, Reason) {
 		// Sleeping would outlive the caller's deadline: return now.
 		return d, ReasonDeadline
 	}
+	return d, ReasonNone
+}
+
+// schedule takes the retry's budget token, last of the checks so that a
+// retry that is not made costs none, and records the retry. areq, the
+// prepared next attempt, is released if the budget refuses.
+func (r *retrier) schedule(areq *http.Request, d time.Duration) Reason {
+	t := r.t
 	if t.budget != nil && !t.budget.withdraw(r.key) {
 		// No token: skip the sleep for an attempt that will not be made.
 		t.stats.budgetDenied.Add(1)
-		return d, ReasonBudgetExhausted
+		closeRequestBody(areq)
+		return ReasonBudgetExhausted
 	}
 	t.stats.recordDelay(r.attempts, d)
-	fire(r.hooks, (*Hooks).retryScheduled, RetryInfo{Request: r.req, Retry: r.attempts, Delay: d, RetryAfter: fromHeader, Clamped: clamped})
-	return d, ReasonNone
+	fire(r.hooks, (*Hooks).retryScheduled, RetryInfo{Request: r.req, Retry: r.attempts, Delay: d, RetryAfter: r.fromHeader, Clamped: r.clamped})
+	return ReasonNone
 }
 
 // finish ends the request with the last outcome. A request that stops on a
