@@ -36,6 +36,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	}{
 		{"bare", next},
 		{"retryhttp", New(next)},
+		{"retryhttp-nobudget-nobreaker", New(next, WithBudget(nil), WithBreaker(nil))},
 	}
 	for _, method := range []string{http.MethodGet, http.MethodPut} {
 		for _, c := range cases {
@@ -59,5 +60,38 @@ func BenchmarkRoundTrip(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkRoundTripParallel is the GET success path from every core at
+// once, where shared state (the budget's bank, the breaker's lane table,
+// the stats counters) would show contention.
+func BenchmarkRoundTripParallel(b *testing.B) {
+	next := newOKNext()
+	for _, c := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{
+		{"bare", next},
+		{"retryhttp", New(next)},
+		{"retryhttp-nobudget-nobreaker", New(next, WithBudget(nil), WithBreaker(nil))},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				req, err := http.NewRequest(http.MethodGet, "http://example.test/x", nil)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				for pb.Next() {
+					resp, err := c.rt.RoundTrip(req)
+					if err != nil || resp.StatusCode != http.StatusOK {
+						b.Error(resp, err)
+						return
+					}
+				}
+			})
+		})
 	}
 }

@@ -9,20 +9,21 @@ import (
 
 // Stats is a snapshot of a Transport's counters, taken by
 // (*Transport).Stats. Each counter is read atomically, but not all at one
-// instant: a request in flight may show in Requests before its attempt
-// shows in Attempts. The counters only grow.
+// instant, so two counters may disagree by the requests in flight. Every
+// counter only grows.
 type Stats struct {
-	Requests          uint64            // calls to RoundTrip
+	Requests          uint64            // calls to RoundTrip that have sent their first attempt or ended without one
 	Attempts          uint64            // attempts sent to the next RoundTripper
 	Retries           uint64            // attempts after the first
-	RetryAfterSeen    uint64            // retryable responses that carried a Retry-After header
+	RetryAfterSeen    uint64            // retryable responses that carried a Retry-After header, retried or not
 	RetryAfterClamped uint64            // Retry-After values above the clamp (WithMaxRetryAfter)
 	BudgetDenied      uint64            // retries the budget refused
 	CircuitRejected   uint64            // attempts an open circuit refused, and sleeps it ended
 	GiveUps           map[Reason]uint64 // requests that stopped on a failure, by reason; only reasons seen
-	// Delays holds the histogram of the delays waited before each retry, by
-	// retry number: Delays[0] for the first retry, up to Delays[len-1], which
-	// also holds every later retry.
+	// Delays holds the histogram of the delays drawn for each scheduled
+	// retry (a wait that the context or an opening circuit cuts short still
+	// counts its drawn delay), by retry number: Delays[0] for the first
+	// retry, up to Delays[len-1], which also holds every later retry.
 	Delays []DelayHistogram
 }
 
@@ -82,13 +83,13 @@ func delayBucket(d time.Duration) int {
 	return 1 + k*delaySubBuckets + int((d-lo)*delaySubBuckets/lo)
 }
 
-// stats holds a Transport's counters. Only requests is touched on the
-// success path: one atomic add, no lock, no allocation. Attempts are
-// derived: every request sends its first attempt unless it ends before
-// (notSent), and every retry sent is one more.
+// stats holds a Transport's counters. Only first is touched on the success
+// path: one atomic add, no lock, no allocation. The rest are derived: a
+// request is counted when it sends its first attempt (first) or ends
+// without one (notSent), and every attempt is a first attempt or a retry.
 type stats struct {
-	requests        atomic.Uint64
-	notSent         atomic.Uint64
+	first           atomic.Uint64 // first attempts sent
+	notSent         atomic.Uint64 // requests that ended before their first attempt
 	retries         atomic.Uint64
 	raSeen          atomic.Uint64
 	raClamped       atomic.Uint64
@@ -113,12 +114,9 @@ func (s *stats) recordDelay(retry int, d time.Duration) {
 // histograms. It is safe to call concurrently with requests.
 func (t *Transport) Stats() Stats {
 	s := &t.stats
-	// notSent is read before requests: a request adds to requests before it
-	// can add to notSent, so Attempts never counts a request twice or
-	// underflows.
-	notSent := s.notSent.Load()
+	first := s.first.Load()
 	out := Stats{
-		Requests:          s.requests.Load(),
+		Requests:          first + s.notSent.Load(),
 		Retries:           s.retries.Load(),
 		RetryAfterSeen:    s.raSeen.Load(),
 		RetryAfterClamped: s.raClamped.Load(),
@@ -126,7 +124,7 @@ func (t *Transport) Stats() Stats {
 		CircuitRejected:   s.circuitRejected.Load(),
 		GiveUps:           map[Reason]uint64{},
 	}
-	out.Attempts = out.Requests - notSent + out.Retries
+	out.Attempts = first + out.Retries
 	for r := range s.giveUps {
 		if n := s.giveUps[r].Load(); n > 0 {
 			out.GiveUps[Reason(r)] = n

@@ -3,6 +3,7 @@ package retryhttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -76,7 +77,6 @@ func (t *Transport) CloseIdleConnections() {
 // RoundTripper and retries as the package documentation describes.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
-	t.stats.requests.Add(1)
 	r := retrier{t: t, req: req, first: req, key: keyOf(req.URL), hooks: hooksOf(t, ctx)}
 	if t.budget != nil {
 		t.budget.deposit(r.key)
@@ -90,18 +90,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// Spread a bulk sender's first attempts; cancellable like any sleep.
 		if err := sleep(ctx, uniform(0, t.firstJitter), nil); err != nil {
 			closeRequestBody(r.first)
-			return r.finish(nil, err, ReasonContextDone)
+			return r.finish(nil, nil, ReasonContextDone, err)
 		}
 	}
 
 	areq := r.first
+	var err error // the latest attempt's error
 	for {
-		if err := r.admit(); err != nil {
+		if aerr := r.admit(); aerr != nil {
 			// The host's circuit is open: fail fast, off the network.
 			closeRequestBody(areq)
-			return r.finish(nil, err, ReasonCircuitOpen)
+			return r.finish(nil, err, ReasonCircuitOpen, aerr)
 		}
-		resp, err := r.attempt(areq)
+		var resp *http.Response
+		resp, err = r.attempt(areq)
 		stop, reason := r.stopReason(resp, err)
 		var delay time.Duration
 		if !stop {
@@ -116,19 +118,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		if stop {
 			// Decide before draining: the last response goes back untouched.
-			return r.finish(resp, err, reason)
+			return r.finish(resp, err, reason, nil)
 		}
 		if resp != nil {
 			drain(resp.Body)
 		}
-		if err := sleep(ctx, delay, r.opened()); err != nil {
+		if serr := sleep(ctx, delay, r.opened()); serr != nil {
 			closeRequestBody(areq)
 			reason := ReasonContextDone
-			if errors.Is(err, ErrCircuitOpen) {
+			if errors.Is(serr, ErrCircuitOpen) {
 				reason = ReasonCircuitOpen
 				t.stats.circuitRejected.Add(1)
 			}
-			return r.finish(nil, err, reason)
+			return r.finish(nil, err, reason, serr)
 		}
 	}
 }
@@ -157,7 +159,9 @@ type retrier struct {
 // of the response and the error is non-nil.
 func (r *retrier) attempt(areq *http.Request) (*http.Response, error) {
 	r.attempts++
-	if r.attempts > 1 {
+	if r.attempts == 1 {
+		r.t.stats.first.Add(1)
+	} else {
 		r.t.stats.retries.Add(1)
 	}
 	if !r.hooks.any() {
@@ -244,8 +248,14 @@ func (r *retrier) stopReason(resp *http.Response, err error) (bool, Reason) {
 		// A transport error that no retry mends (a certificate error)
 		// tells nothing of the host's health.
 	}
+	if retryable && resp != nil && resp.Header.Get("Retry-After") != "" {
+		t.stats.raSeen.Add(1)
+	}
+	opened := false
 	if r.lane != nil {
-		r.report(r.lane.record(r.ticket, o))
+		tr := r.lane.record(r.ticket, o)
+		r.report(tr)
+		opened = tr.to == StateOpen && tr.from != StateOpen
 	}
 	switch {
 	case !retryable && err == nil:
@@ -260,6 +270,10 @@ func (r *retrier) stopReason(resp *http.Response, err error) (bool, Reason) {
 		return true, r.stop
 	case r.attempts >= t.maxAttempts:
 		return true, ReasonAttemptsUsed
+	case opened:
+		// This failure tripped the host's circuit: no retry would be let
+		// through, so none is scheduled.
+		return true, ReasonCircuitOpen
 	}
 	return false, ReasonNone
 }
@@ -273,7 +287,6 @@ func (r *retrier) delay(resp *http.Response) (time.Duration, Reason) {
 	var d time.Duration
 	r.fromHeader, r.clamped = false, false
 	if resp != nil && resp.Header.Get("Retry-After") != "" {
-		t.stats.raSeen.Add(1)
 		d, r.fromHeader, r.clamped = retryAfterDelay(resp.Header, now, t.maxRetryAfter, t.retryAfterSpread)
 		if r.clamped {
 			t.stats.raClamped.Add(1)
@@ -306,10 +319,13 @@ func (r *retrier) schedule(areq *http.Request, d time.Duration) Reason {
 	return ReasonNone
 }
 
-// finish ends the request with the last outcome. A request that stops on a
-// failure, or with an error, gives up: that is counted and reported with
-// its reason.
-func (r *retrier) finish(resp *http.Response, err error, reason Reason) (*http.Response, error) {
+// finish ends the request. resp is the last response if it is still
+// intact, and goes back to the caller as it is; otherwise the caller gets
+// an Error whose cause is the reason's own error (the context's,
+// ErrCircuitOpen, ErrBudgetExhausted), with the last attempt's error beside
+// it so that errors.Is and errors.As reach both. A request that stops on a
+// failure, or with an error, gives up: that is counted and reported.
+func (r *retrier) finish(resp *http.Response, attemptErr error, reason Reason, cause error) (*http.Response, error) {
 	if r.attempts == 0 {
 		r.t.stats.notSent.Add(1)
 	}
@@ -318,17 +334,35 @@ func (r *retrier) finish(resp *http.Response, err error, reason Reason) (*http.R
 	}
 	r.t.stats.giveUps[reason].Add(1)
 	info := GiveUpInfo{Request: r.req, Attempts: r.attempts, Reason: reason}
-	if err != nil {
-		err = &Error{Method: r.req.Method, Host: host(r.req), Attempts: r.attempts, Reason: reason, Err: err}
-		info.Err = err
-	} else {
+	var err error
+	if resp != nil {
 		info.Status = resp.StatusCode
+	} else {
+		err = r.wrap(attemptErr, reason, cause)
+		info.Err = err
 	}
 	fire(r.hooks, (*Hooks).giveUp, info)
-	if err != nil {
-		return nil, err
+	return resp, err
+}
+
+// wrap builds the Error returned without a response.
+func (r *retrier) wrap(attemptErr error, reason Reason, cause error) error {
+	if cause == nil {
+		switch reason {
+		case ReasonCircuitOpen:
+			cause = ErrCircuitOpen
+		case ReasonBudgetExhausted:
+			cause = ErrBudgetExhausted
+		}
 	}
-	return resp, nil
+	err := attemptErr
+	switch {
+	case err == nil:
+		err = cause
+	case cause != nil && !errors.Is(err, cause):
+		err = fmt.Errorf("%w after %w", cause, err)
+	}
+	return &Error{Method: r.req.Method, Host: host(r.req), Attempts: r.attempts, Reason: reason, Err: err}
 }
 
 // report passes a circuit's change of state to the hooks, after the lane's

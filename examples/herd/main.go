@@ -4,7 +4,7 @@
 // server's own counts make the table and the chart (herd.svg).
 //
 //	go run ./examples/herd
-//	go run ./examples/herd -clients 1000 -outage 2s -base 50ms -cap 2s -attempts 8
+//	go run ./examples/herd -clients 500 -outage 2s -base 50ms -cap 2s -attempts 8
 package main
 
 import (
@@ -34,11 +34,11 @@ type config struct {
 
 func main() {
 	var c config
-	flag.IntVar(&c.clients, "clients", 2000, "concurrent deliveries per policy")
-	flag.DurationVar(&c.outage, "outage", 2*time.Second, "how long the endpoint is down at the start of each run")
-	flag.DurationVar(&c.base, "base", 50*time.Millisecond, "policy base: bound of the first retry")
-	flag.DurationVar(&c.cap, "cap", 2*time.Second, "policy cap")
-	flag.IntVar(&c.attempts, "attempts", 8, "attempts per delivery, the first included")
+	flag.IntVar(&c.clients, "clients", 1000, "concurrent deliveries per policy")
+	flag.DurationVar(&c.outage, "outage", 3*time.Second, "how long the endpoint is down at the start of each run")
+	flag.DurationVar(&c.base, "base", 75*time.Millisecond, "policy base: bound of the first retry")
+	flag.DurationVar(&c.cap, "cap", 3*time.Second, "policy cap")
+	flag.IntVar(&c.attempts, "attempts", 10, "attempts per delivery, the first included")
 	flag.StringVar(&c.svg, "svg", "herd.svg", "where to write the chart")
 	flag.Parse()
 	c.progress = os.Stderr
