@@ -832,7 +832,7 @@ func FuzzRoundTrip(f *testing.F) {
 					t.Fatalf("%s: attempt %d sent body %q, want %q", desc(), i+1, s.content, c.payload)
 				}
 			}
-			if i > 0 && (s.req == req || s.body != nil && s.body == before.body) {
+			if i > 0 && (s.req == req || c.body >= 2 && s.body == before.body) {
 				t.Fatalf("%s: retry %d reused the caller's request or body", desc(), i)
 			}
 		}

@@ -295,7 +295,6 @@ func (r *retrier) delay(resp *http.Response) (time.Duration, Reason) {
 	if !r.fromHeader {
 		d = t.policy.Delay(r.attempts, r.getPrev())
 	}
-	r.setPrev(d)
 	if dl, ok := r.req.Context().Deadline(); ok && !now.Add(d).Before(dl) {
 		// Sleeping would outlive the caller's deadline: return now.
 		return d, ReasonDeadline
@@ -314,6 +313,8 @@ func (r *retrier) schedule(areq *http.Request, d time.Duration) Reason {
 		closeRequestBody(areq)
 		return ReasonBudgetExhausted
 	}
+	// Only a delay that will be waited becomes the host's previous delay.
+	r.setPrev(d)
 	t.stats.recordDelay(r.attempts, d)
 	fire(r.hooks, (*Hooks).retryScheduled, RetryInfo{Request: r.req, Retry: r.attempts, Delay: d, RetryAfter: r.fromHeader, Clamped: r.clamped})
 	return ReasonNone
