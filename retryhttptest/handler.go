@@ -77,9 +77,11 @@ type Handler struct {
 }
 
 // NewHandler returns a Handler that answers requests as s says. The Steps
-// slice is copied; the outage, if measured FromStart, starts now.
+// and ByAttempt slices are copied; the outage, if measured FromStart, starts
+// now.
 func NewHandler(s Script) *Handler {
 	s.Steps = append([]Action(nil), s.Steps...)
+	s.ByAttempt = append([]Action(nil), s.ByAttempt...)
 	return &Handler{
 		script:    s,
 		created:   time.Now(),
@@ -150,6 +152,9 @@ func (h *Handler) receive(r *http.Request, hash string, size int64) Action {
 	}
 	if h.n <= len(s.Steps) {
 		return s.Steps[h.n-1]
+	}
+	if k := h.identical[id]; k <= len(s.ByAttempt) {
+		return s.ByAttempt[k-1]
 	}
 	return s.Then
 }

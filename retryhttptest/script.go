@@ -10,14 +10,16 @@ import (
 
 // Script tells a Handler how to answer each request. Requests are numbered
 // 1, 2, 3, … in the order the handler finishes reading them (see Handler), and
-// request N is answered with, in order of precedence:
+// request N, the k-th identical one (see Received.Attempt), is answered with,
+// in order of precedence:
 //
 //  1. Outage.Action, if the request arrives during the outage window;
 //  2. Steps[N-1], if N <= len(Steps);
-//  3. Then.
+//  3. ByAttempt[k-1], if k <= len(ByAttempt);
+//  4. Then.
 //
-// Requests answered by the outage still count towards N, so they use up
-// steps. The zero Script answers every request with 200 OK and the body "OK\n".
+// Requests answered by the outage still count towards N and k, so they use
+// up steps and attempts. The zero Script answers every request with 200 OK and the body "OK\n".
 //
 // A Script is a plain value, safe for concurrent use as long as nobody
 // modifies it. NewHandler copies the Steps slice, but the Body and Header of
@@ -27,8 +29,17 @@ type Script struct {
 	// gets Steps[N-1]. Use Repeat to build runs of identical steps.
 	Steps []Action
 
-	// Then is the action for every request after Steps run out. The zero
-	// Action answers 200 OK.
+	// ByAttempt holds actions chosen by attempt rather than by request
+	// number: the k-th identical request (same method, URI, Idempotency-Key
+	// and body; see Received.Attempt) gets ByAttempt[k-1], and identical
+	// requests after that get Then. With unique bodies it scripts "every
+	// delivery fails twice, then succeeds" for a client that sends many
+	// requests at once, whose request numbers interleave. Steps, matched by
+	// request number, take precedence while they last.
+	ByAttempt []Action
+
+	// Then is the action for every request after Steps (and ByAttempt)
+	// run out. The zero Action answers 200 OK.
 	Then Action
 
 	// Outage, if Outage.For is positive, makes the server "down" for a
