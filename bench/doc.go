@@ -1,0 +1,8 @@
+// Package bench measures retryhttp beside its peers, go-retryablehttp and
+// failsafe-go, and beside the bare transport: the success-path cost
+// (bench_test.go) and a real-time thundering herd against a flaky loopback
+// server (RunHerd). It is a separate module so that the peers never become
+// dependencies of retryhttp itself.
+//
+// Every network call goes to a server this package starts on 127.0.0.1.
+package bench
