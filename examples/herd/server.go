@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/retryhttp/retryhttp/internal/herdsim"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -9,8 +10,9 @@ import (
 	"time"
 )
 
-// bucket is the width of the time slices that the server counts in.
-const bucket = 100 * time.Millisecond
+// bucket is the width of the time slices that the server counts in: the
+// simulator's, so that both measure peaks alike.
+const bucket = herdsim.Bucket
 
 // endpoint is the tenant: a loopback server that answers 503 until the
 // outage ends, then 200, and counts every attempt it receives per 100 ms,
@@ -107,18 +109,9 @@ func (e *endpoint) result(name string, deliveries int) result {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	r := result{name: name, perBucket: append([]int(nil), e.attempts...), delivered: len(e.okAt), wasted: e.wasted, conns: e.conns, t99: -1}
-	recovery := int(e.outage / bucket)
-	perSecond := float64(time.Second / bucket)
-	for b, n := range e.attempts {
-		r.attempts += n
-		if b < recovery {
-			r.peakOutageRPS = max(r.peakOutageRPS, float64(e.retries[b])*perSecond)
-		} else {
-			r.peakRecoveryRPS = max(r.peakRecoveryRPS, float64(n)*perSecond)
-		}
-	}
+	r.peakOutageRPS, r.peakRecoveryRPS, r.attempts = herdsim.Peaks(e.attempts, e.retries, e.outage)
 	// okAt is in arrival order, so it is sorted.
-	if need := (99*deliveries + 99) / 100; len(e.okAt) >= need && need > 0 {
+	if need := herdsim.Need99(deliveries); len(e.okAt) >= need && need > 0 {
 		r.t99 = e.okAt[need-1]
 	}
 	return r

@@ -157,16 +157,7 @@ func (e *endpoint) result(s Scenario, done []time.Duration, opened int, end time
 	defer e.mu.Unlock()
 	r := Result{Name: s.Name, Wasted: e.wasted, FirstAtZero: e.atZero, CircuitOpen: opened, End: end}
 	r.PerBucket = append([]int(nil), e.attempts...)
-	recovery := int(e.outage / Bucket)
-	perSecond := float64(time.Second / Bucket)
-	for b, n := range e.attempts {
-		r.Attempts += n
-		if b < recovery {
-			r.PeakOutageRPS = max(r.PeakOutageRPS, float64(e.retries[b])*perSecond)
-		} else {
-			r.PeakRecoveryRPS = max(r.PeakRecoveryRPS, float64(n)*perSecond)
-		}
-	}
+	r.PeakOutageRPS, r.PeakRecoveryRPS, r.Attempts = Peaks(e.attempts, e.retries, e.outage)
 	for _, n := range e.seen {
 		r.Retries += max(n-1, 0)
 	}
@@ -177,12 +168,34 @@ func (e *endpoint) result(s Scenario, done []time.Duration, opened int, end time
 		}
 	}
 	r.Delivered = len(times)
-	if need := (99*s.Deliveries + 99) / 100; len(times) >= need && need > 0 {
+	if need := Need99(s.Deliveries); len(times) >= need && need > 0 {
 		t := nth(times, need-1)
 		r.T99 = &t
 	}
 	return r
 }
+
+// Peaks measures a run from the endpoint's counts per Bucket: attempts
+// (all) and retries (attempt 2 and later) in each bucket, recovery coming
+// at outage. The peak during the outage is the largest bucket of retries
+// before recovery, the peak at recovery the largest bucket of any attempts
+// from recovery on, both as requests per second; total is every attempt.
+func Peaks(attempts, retries []int, outage time.Duration) (outageRPS, recoveryRPS float64, total int) {
+	recovery := int(outage / Bucket)
+	perSecond := float64(time.Second / Bucket)
+	for b, n := range attempts {
+		total += n
+		if b < recovery {
+			outageRPS = max(outageRPS, float64(retries[b])*perSecond)
+		} else {
+			recoveryRPS = max(recoveryRPS, float64(n)*perSecond)
+		}
+	}
+	return outageRPS, recoveryRPS, total
+}
+
+// Need99 is how many of n deliveries make 99%, rounded up.
+func Need99(n int) int { return (99*n + 99) / 100 }
 
 // nth returns the k-th smallest of ds (0-based).
 func nth(ds []time.Duration, k int) time.Duration {
