@@ -331,19 +331,22 @@ func TestCircuit(t *testing.T) {
 		tr := retryhttp.New(next, retryhttp.WithHooks(hooks), retryhttp.WithPolicy(retryhttp.Immediate{}),
 			retryhttp.WithBudget(nil), retryhttp.WithBreaker(breaker))
 
-		// The first request trips the circuit on its second attempt, and its
-		// scheduled third attempt is woken by the opening; the second
-		// request is refused without an attempt.
+		// The first request trips the circuit on its second attempt, so no
+		// third is scheduled and it gets that 503 back; the second request
+		// is refused without an attempt.
 		sendAll(t, tr, get(http.MethodGet, "https://api.example/a"), get(http.MethodGet, "https://api.example/b"))
 		got := collect(t, reader)
 		assert.Equal(t, map[string]map[string]int64{
-			"retryhttp.attempts":            {get503: 2},
-			"retryhttp.retries":             {getM: 1},
-			"retryhttp.give_ups":            {"error.type=circuit_open,http.request.method=GET,retryhttp.reason=circuit open": 2},
+			"retryhttp.attempts": {get503: 2},
+			"retryhttp.retries":  {getM: 1},
+			"retryhttp.give_ups": {
+				"http.request.method=GET,http.response.status_code=503,retryhttp.reason=circuit open": 1,
+				"error.type=circuit_open,http.request.method=GET,retryhttp.reason=circuit open":       1,
+			},
 			"retryhttp.circuit.transitions": {"retryhttp.circuit.from=closed,retryhttp.circuit.to=open": 1},
 			"retryhttp.circuit.open":        {"": 1},
 		}, got.sums)
-		assert.Equal(t, map[string]uint64{retry1: 1, retry2: 1}, got.counts["retryhttp.retry.delay"])
+		assert.Equal(t, map[string]uint64{retry1: 1}, got.counts["retryhttp.retry.delay"])
 
 		// After OpenFor, a probe half-opens the circuit and its success
 		// closes it.
