@@ -128,6 +128,7 @@ const (
 	StateHalfOpen              // a few probes pass; the rest are refused
 )
 
+// String returns the state's name: closed, open or half-open.
 func (s State) String() string {
 	switch s {
 	case StateClosed:
