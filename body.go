@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"math"
 	"net/http"
 )
 
@@ -33,7 +34,9 @@ func (r *retrier) replayable() {
 // once, whole: the bytes read so far, then the rest of the caller's body.
 func (r *retrier) bufferBody() {
 	req := r.req
-	buf, err := io.ReadAll(io.LimitReader(req.Body, r.t.bodyBuffer+1))
+	// One byte more than fits tells a body that fits from one that does not;
+	// min keeps the limit from overflowing for WithBodyBuffer(math.MaxInt64).
+	buf, err := io.ReadAll(io.LimitReader(req.Body, min(r.t.bodyBuffer, math.MaxInt64-1)+1))
 	if err != nil || int64(len(buf)) > r.t.bodyBuffer {
 		// Too large, or the read failed: stream what was read and the rest
 		// once, so the next RoundTripper sees the same body (and the same

@@ -38,6 +38,9 @@ const (
 	DefaultBreakerProbes = 1
 )
 
+// maxBreakerDuration bounds the breaker's durations: about 73 years.
+const maxBreakerDuration = time.Duration(1<<63-1) / 4
+
 // BreakerConfig configures a Breaker. The zero value means every default.
 type BreakerConfig struct {
 	// Span is how long failures must persist, from the first failure of a
@@ -101,6 +104,11 @@ func NewBreaker(c BreakerConfig) *Breaker {
 	if c.Probes <= 0 {
 		c.Probes = DefaultBreakerProbes
 	}
+	// Durations past a few decades mean "never"; bounding them keeps
+	// 2·Span and OpenFor+OpenJitter from overflowing.
+	c.Span = min(c.Span, maxBreakerDuration)
+	c.OpenFor = min(c.OpenFor, maxBreakerDuration)
+	c.OpenJitter = min(c.OpenJitter, maxBreakerDuration)
 	b := &Breaker{cfg: c}
 	b.lanes.idle = (*lane).idle
 	return b
@@ -173,6 +181,7 @@ type lane struct {
 	fails     int           // failures in the period; guarded by mu
 	openUntil time.Time     // when an open circuit may half-open; guarded by mu
 	probes    int           // probes in flight while half-open; guarded by mu
+	sleepers  int           // requests sleeping toward the host; guarded by mu
 	opened    chan struct{} // closed when the circuit opens; guarded by mu
 }
 
@@ -311,16 +320,33 @@ func (l *lane) setLocked(s State) transition {
 	return transition{from: from, to: s}
 }
 
-// openedChan returns a channel that is closed when the circuit opens (at
-// once, if it is open now), for a sleep to select on.
-func (l *lane) openedChan() <-chan struct{} {
+// sleepStart returns a channel that is closed when the circuit opens (at
+// once, if it is open now), for a sleep to select on, and counts the
+// sleeper so that the lane is not dropped from memory under it: a dropped
+// lane would neither wake the sleeper nor refuse its next attempt. Every
+// call is paired with sleepEnd.
+func (l *lane) sleepStart() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.sleepers++
 	return l.opened
 }
 
+// sleepEnd ends what sleepStart began.
+func (l *lane) sleepEnd() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sleepers--
+}
+
+// isOpen reports whether the circuit is open now; one atomic load.
+func (l *lane) isOpen() bool {
+	state, _ := unpack(l.word.Load())
+	return state == StateOpen
+}
+
 // idle reports that the lane may leave memory: its circuit is closed, no
-// probe is in flight, and no failure period is under way (none, or one older
+// probe is in flight, no request sleeps toward the host, and no failure period is under way (none, or one older
 // than twice the span, which the next failure would start afresh). A
 // DecorrelatedJitter previous delay does not keep a lane: the table drops
 // idle lanes only when it must grow, so that memory is bounded, and a host
@@ -330,5 +356,5 @@ func (l *lane) idle(now time.Time) bool {
 	defer l.mu.Unlock()
 	state, _ := unpack(l.word.Load())
 	stale := !l.failing.Load() || now.Sub(l.since) > 2*l.b.cfg.Span
-	return state == StateClosed && l.probes == 0 && stale
+	return state == StateClosed && l.probes == 0 && l.sleepers == 0 && stale
 }

@@ -1285,3 +1285,57 @@ func BenchmarkBreakerClosed(b *testing.B) {
 		})
 	})
 }
+
+// TestCircuitOpenedDuringAttempt: the host's circuit opens, by other
+// requests' failures, while this request's attempt is in flight. No retry
+// can follow, so the request returns its real 503 untouched, schedules no
+// retry and spends no budget token.
+func TestCircuitOpenedDuringAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		next := newGatedFake(map[string]int{"/slow": http.StatusServiceUnavailable})
+		b := NewBreaker(bkConfig())
+		budget := NewBudget(BudgetConfig{})
+		var scheduled atomic.Int64
+		tr := New(next, WithBreaker(b), WithBudget(budget),
+			WithHooks(&Hooks{RetryScheduled: func(RetryInfo) { scheduled.Add(1) }}))
+		got := bkGo(t.Context(), tr, "http://host.test/slow")
+		synctest.Wait() // the attempt is in flight
+		bkTrip(t, bkLane(b, "http://host.test/"))
+		k := keyOf(mustParse(t, "http://host.test/"))
+		before := budget.tokens(k, time.Now())
+
+		close(next.gates["/slow"])
+		r := <-got
+		require.NoError(t, r.err)
+		require.Equal(t, http.StatusServiceUnavailable, r.status, "the real response goes back")
+		require.Zero(t, scheduled.Load(), "retries scheduled")
+		require.Equal(t, before, budget.tokens(k, time.Now()), "tokens: none spent")
+		require.Equal(t, 1, next.callsTo("host.test"), "attempts")
+	})
+}
+
+// TestLaneKeptWhileSleeping: a request sleeping toward a host keeps the
+// host's lane in memory through sweeps of the lane table, so that the
+// circuit's opening wakes it and refuses its retry, however many other
+// hosts pass through meanwhile.
+func TestLaneKeptWhileSleeping(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		next := statusFake(http.StatusServiceUnavailable)
+		b := NewBreaker(bkConfig())
+		tr := bkTransport(next, b, WithPolicy(Exponential{Base: time.Minute}))
+		start := time.Now()
+		got := bkGo(t.Context(), tr, "http://victim.test/")
+		synctest.Wait() // asleep after its first attempt
+		// Long after the failure period went stale, more hosts than a
+		// sweep threshold pass through the breaker.
+		time.Sleep(10 * bkConfig().Span)
+		for i := range 3 * minSweep {
+			bkFeed(bkLane(b, fmt.Sprintf("http://h%d.test/", i)), outcomeSuccess)
+		}
+		bkTrip(t, bkLane(b, "http://victim.test/"))
+		r := <-got
+		require.ErrorIs(t, r.err, ErrCircuitOpen, "the sleeper is woken by the opening")
+		require.Equal(t, 10*bkConfig().Span+bkConfig().Span, time.Since(start), "woken at the trip instant")
+		require.Equal(t, 1, next.callsTo("victim.test"), "no attempt after the circuit opened")
+	})
+}

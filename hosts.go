@@ -126,11 +126,14 @@ func (t *table[V]) insert(k hostKey, mk func() V) any {
 // sweepLocked drops idle entries, and empties the cache so that it cannot
 // hand out a dropped entry. A request that still holds a dropped entry
 // finishes with it; what it records there is lost, which is harmless
-// because the entry was idle.
+// because the entry was idle (and a lane with a request sleeping on it is
+// never idle).
+//
+// The map is swept before the cache is emptied. A concurrent get that
+// caches an entry before the cache is emptied loses it then; one that
+// caches it after finds the entry already gone from the map when it checks
+// again, and takes it out of the cache itself.
 func (t *table[V]) sweepLocked(now time.Time) {
-	for i := range t.cache {
-		t.cache[i].Store(nil)
-	}
 	t.m.Range(func(k, e any) bool {
 		if t.idle(e.(*entry[V]).v, now) {
 			t.m.Delete(k)
@@ -138,5 +141,8 @@ func (t *table[V]) sweepLocked(now time.Time) {
 		}
 		return true
 	})
+	for i := range t.cache {
+		t.cache[i].Store(nil)
+	}
 	t.next = max(2*t.size, minSweep)
 }

@@ -10,8 +10,8 @@ import (
 // Defaults for a server's Retry-After header.
 const (
 	// DefaultMaxRetryAfter clamps a server's Retry-After: the same bound as
-	// DefaultCap, so a hostile or broken header cannot park a request longer
-	// than the policy itself ever would.
+	// DefaultCap, so a hostile or broken header cannot park a request for
+	// longer than the policy's longest delay plus the spread.
 	DefaultMaxRetryAfter = 30 * time.Second
 	// DefaultRetryAfterSpread is the width of the random spread added above a
 	// Retry-After wait. Retry-After has a resolution of one second, so a

@@ -16,7 +16,7 @@ type Stats struct {
 	Attempts          uint64            // attempts sent to the next RoundTripper
 	Retries           uint64            // attempts after the first
 	RetryAfterSeen    uint64            // retryable responses that carried a Retry-After header, retried or not
-	RetryAfterClamped uint64            // Retry-After values above the clamp (WithMaxRetryAfter)
+	RetryAfterClamped uint64            // of those, values above the clamp (WithMaxRetryAfter)
 	BudgetDenied      uint64            // retries the budget refused
 	CircuitRejected   uint64            // attempts an open circuit refused, and sleeps it ended
 	GiveUps           map[Reason]uint64 // requests that stopped on a failure, by reason; only reasons seen

@@ -88,7 +88,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 	if t.firstJitter > 0 {
 		// Spread a bulk sender's first attempts; cancellable like any sleep.
-		if err := sleep(ctx, uniform(0, t.firstJitter), nil); err != nil {
+		if err := r.sleep(ctx, uniform(0, t.firstJitter)); err != nil {
 			closeRequestBody(r.first)
 			return r.finish(nil, nil, ReasonContextDone, err)
 		}
@@ -123,7 +123,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if resp != nil {
 			drain(resp.Body)
 		}
-		if serr := sleep(ctx, delay, r.opened()); serr != nil {
+		if serr := r.sleep(ctx, delay); serr != nil {
 			closeRequestBody(areq)
 			reason := ReasonContextDone
 			if errors.Is(serr, ErrCircuitOpen) {
@@ -248,14 +248,15 @@ func (r *retrier) stopReason(resp *http.Response, err error) (bool, Reason) {
 		// A transport error that no retry mends (a certificate error)
 		// tells nothing of the host's health.
 	}
-	if retryable && resp != nil && resp.Header.Get("Retry-After") != "" {
-		t.stats.raSeen.Add(1)
+	if retryable && resp != nil {
+		r.countRetryAfter(resp)
 	}
 	opened := false
 	if r.lane != nil {
-		tr := r.lane.record(r.ticket, o)
-		r.report(tr)
-		opened = tr.to == StateOpen && tr.from != StateOpen
+		r.report(r.lane.record(r.ticket, o))
+		// Open now, by this failure or by others while this attempt was
+		// in flight: no retry would be let through.
+		opened = r.lane.isOpen()
 	}
 	switch {
 	case !retryable && err == nil:
@@ -271,11 +272,25 @@ func (r *retrier) stopReason(resp *http.Response, err error) (bool, Reason) {
 	case r.attempts >= t.maxAttempts:
 		return true, ReasonAttemptsUsed
 	case opened:
-		// This failure tripped the host's circuit: no retry would be let
-		// through, so none is scheduled.
+		// The host's circuit is open: no retry would be let through, so
+		// none is scheduled, no token spent, and the response goes back.
 		return true, ReasonCircuitOpen
 	}
 	return false, ReasonNone
+}
+
+// countRetryAfter counts a retryable response's Retry-After, and whether it
+// asks for more than the clamp, whether or not a retry follows: a rising
+// rate is the early sign that a tenant is rate-limiting the caller.
+func (r *retrier) countRetryAfter(resp *http.Response) {
+	v := resp.Header.Get("Retry-After")
+	if v == "" {
+		return
+	}
+	r.t.stats.raSeen.Add(1)
+	if d, ok := parseRetryAfter(v, time.Now()); ok && d > r.t.maxRetryAfter {
+		r.t.stats.raClamped.Add(1)
+	}
 }
 
 // delay draws the wait before the next attempt: the server's Retry-After
@@ -288,9 +303,6 @@ func (r *retrier) delay(resp *http.Response) (time.Duration, Reason) {
 	r.fromHeader, r.clamped = false, false
 	if resp != nil && resp.Header.Get("Retry-After") != "" {
 		d, r.fromHeader, r.clamped = retryAfterDelay(resp.Header, now, t.maxRetryAfter, t.retryAfterSpread)
-		if r.clamped {
-			t.stats.raClamped.Add(1)
-		}
 	}
 	if !r.fromHeader {
 		d = t.policy.Delay(r.attempts, r.getPrev())
@@ -389,12 +401,18 @@ func (r *retrier) admit() error {
 	return err
 }
 
-// opened returns the channel closed when the host's circuit opens, or nil.
-func (r *retrier) opened() <-chan struct{} {
+// sleep waits before an attempt, ending early when the context ends or the
+// host's circuit opens. Afterwards the request takes the host's lane afresh
+// from the breaker, in case the one it held was dropped from memory before
+// it slept.
+func (r *retrier) sleep(ctx context.Context, d time.Duration) error {
 	if r.lane == nil {
-		return nil
+		return sleep(ctx, d, nil)
 	}
-	return r.lane.openedChan()
+	err := sleep(ctx, d, r.lane.sleepStart())
+	r.lane.sleepEnd()
+	r.lane = r.t.breaker.lane(r.key)
+	return err
 }
 
 // getPrev returns the previous delay for DecorrelatedJitter: the host's,

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -965,4 +966,26 @@ func TestTransportCallerContextEnds(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestTransportBodyBufferUnbounded: WithBodyBuffer(math.MaxInt64), "buffer
+// whatever comes", buffers and replays the whole body (the limit must not
+// overflow into an empty read).
+func TestTransportBodyBufferUnbounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		next := newNext(reply{status: http.StatusServiceUnavailable}, reply{status: http.StatusOK})
+		tr := newT(next, WithBodyBuffer(math.MaxInt64), WithPolicy(Immediate{}))
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, "http://example.test/x", nil)
+		require.NoError(t, err)
+		req.Body = io.NopCloser(strings.NewReader("payload"))
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		reqs := next.requests()
+		require.Len(t, reqs, 2, "attempts")
+		for i, r := range reqs {
+			require.Equal(t, "payload", string(r.body), "attempt %d's body", i+1)
+		}
+	})
 }
