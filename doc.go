@@ -28,8 +28,9 @@
 // errors and malformed URLs, and the statuses 408, 429, 500, 502, 503 and
 // 504. Everything else is returned at once.
 //
-// Before each retry it checks, in this order: are attempts left, does the
-// context's deadline leave room for the delay, does the retry budget hold a
-// token. Only then does it sleep, and the sleep ends as soon as the request's
-// context ends or the host's circuit opens.
+// Before each retry it checks, in this order: are attempts left, is the
+// host's circuit still closed, does the context's deadline leave room for
+// the delay, does the retry budget hold a token. Only then does it sleep,
+// and the sleep ends as soon as the request's context ends or the host's
+// circuit opens.
 package retryhttp
