@@ -59,16 +59,7 @@ func (f *breakerFake) RoundTrip(req *http.Request) (*http.Response, error) {
 	if status == 0 {
 		return nil, err
 	}
-	return &http.Response{
-		Status:     strconv.Itoa(status) + " " + http.StatusText(status),
-		StatusCode: status,
-		Proto:      "HTTP/1.1",
-		ProtoMajor: 1,
-		ProtoMinor: 1,
-		Header:     http.Header{},
-		Body:       http.NoBody,
-		Request:    req,
-	}, nil
+	return newResponse(req, status, http.NoBody), nil
 }
 
 // callsTo returns how many attempts reached host.

@@ -235,16 +235,7 @@ func (f *budgetFake) RoundTrip(req *http.Request) (*http.Response, error) {
 	if fails := f.fails[host]; fails < 0 || n <= fails {
 		status = http.StatusServiceUnavailable
 	}
-	return &http.Response{
-		Status:     strconv.Itoa(status) + " " + http.StatusText(status),
-		StatusCode: status,
-		Proto:      "HTTP/1.1",
-		ProtoMajor: 1,
-		ProtoMinor: 1,
-		Header:     http.Header{},
-		Body:       io.NopCloser(strings.NewReader(f.body)),
-		Request:    req,
-	}, nil
+	return newResponse(req, status, io.NopCloser(strings.NewReader(f.body))), nil
 }
 
 // attempts returns how many attempts reached host.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -201,4 +202,19 @@ func (n *herdNext) retries() []time.Duration {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return append([]time.Duration(nil), n.later...)
+}
+
+// newResponse is a response to req with status and body, as a next
+// RoundTripper returns it.
+func newResponse(req *http.Request, status int, body io.ReadCloser) *http.Response {
+	return &http.Response{
+		Status:     strconv.Itoa(status) + " " + http.StatusText(status),
+		StatusCode: status,
+		Proto:      "HTTP/1.1",
+		ProtoMajor: 1,
+		ProtoMinor: 1,
+		Header:     http.Header{},
+		Body:       body,
+		Request:    req,
+	}
 }

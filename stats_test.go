@@ -201,23 +201,7 @@ func TestStatsDelayHistogramFullJitter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		next := newHookFake(map[string][]hookStep{"/": {{status: 503}}})
 		tr := New(next, WithPolicy(FullJitter{}), WithMaxAttempts(attempts), WithBudget(nil), WithBreaker(nil))
-		var wg sync.WaitGroup
-		for range requests {
-			wg.Go(func() {
-				req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://host/", nil)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				resp, err := tr.RoundTrip(req)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				resp.Body.Close()
-			})
-		}
-		wg.Wait()
+		sendConcurrently(t, tr, requests, "http://host/")
 
 		s := tr.Stats()
 		require.Equal(t, uint64(requests*(attempts-1)), s.Retries, "retries")
@@ -276,23 +260,7 @@ func TestStatsDelayHistogramRetryAfterZero(t *testing.T) {
 		next := newHookFake(map[string][]hookStep{"/": {{status: 503, retryAfter: "0"}}})
 		tr := New(next, WithRetryAfterSpread(0), WithMaxAttempts(attempts), WithBudget(nil), WithBreaker(nil))
 		start := time.Now()
-		var wg sync.WaitGroup
-		for range requests {
-			wg.Go(func() {
-				req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://host/", nil)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				resp, err := tr.RoundTrip(req)
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				resp.Body.Close()
-			})
-		}
-		wg.Wait()
+		sendConcurrently(t, tr, requests, "http://host/")
 		assert.Zero(t, time.Since(start), "no request waited")
 
 		s := tr.Stats()
@@ -478,4 +446,27 @@ func TestStatsRetryAfterSeenWithoutRetry(t *testing.T) {
 			})
 		})
 	}
+}
+
+// sendConcurrently sends n GETs for rawURL through rt at once and waits for
+// all of them; each must return a response, whose body it closes.
+func sendConcurrently(t *testing.T, rt http.RoundTripper, n int, rawURL string) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, rawURL, nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp, err := rt.RoundTrip(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			resp.Body.Close()
+		})
+	}
+	wg.Wait()
 }
