@@ -1,0 +1,74 @@
+package retryhttp
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+)
+
+// attempt sends one attempt and normalises what next returned: exactly one
+// of the response and the error is non-nil.
+func (r *retrier) attempt(areq *http.Request) (*http.Response, error) {
+	r.attempts++
+	if r.attempts == 1 {
+		r.t.stats.first.Add(1)
+	} else {
+		r.t.stats.retries.Add(1)
+	}
+	if !r.hooks.any() {
+		return r.sendWithTimeout(areq)
+	}
+	fire(r.hooks, (*Hooks).attemptStart, AttemptStartInfo{Request: r.req, Attempt: r.attempts})
+	start := time.Now()
+	resp, err := r.sendWithTimeout(areq)
+	done := AttemptDoneInfo{Request: r.req, Attempt: r.attempts, Err: err, Duration: time.Since(start)}
+	if resp != nil {
+		done.Status = resp.StatusCode
+	}
+	fire(r.hooks, (*Hooks).attemptDone, done)
+	return resp, err
+}
+
+func (r *retrier) sendWithTimeout(areq *http.Request) (*http.Response, error) {
+	if r.t.attemptTimeout > 0 {
+		return r.attemptWithTimeout(areq)
+	}
+	return r.send(areq)
+}
+
+func (r *retrier) send(areq *http.Request) (*http.Response, error) {
+	resp, err := r.t.next.RoundTrip(areq)
+	switch {
+	case err != nil && resp != nil:
+		// A RoundTripper must not return both; keep the error, as
+		// http.Client does, and release the response.
+		resp.Body.Close()
+		return nil, err
+	case err == nil && resp == nil:
+		return nil, errNilResponse
+	}
+	return resp, err
+}
+
+var errNilResponse = errors.New("retryhttp: next RoundTripper returned a nil response and a nil error")
+
+// attemptWithTimeout gives the attempt its own deadline for the response
+// headers. The attempt's context stays alive until the response body is
+// closed, so a slow body read after a timely response is not cut off.
+func (r *retrier) attemptWithTimeout(areq *http.Request) (*http.Response, error) {
+	d := r.t.attemptTimeout
+	ctx, cancel := context.WithCancel(areq.Context())
+	timer := time.AfterFunc(d, cancel)
+	resp, err := r.send(areq.WithContext(ctx))
+	fired := !timer.Stop()
+	if err != nil {
+		cancel()
+		if fired && r.req.Context().Err() == nil {
+			err = &attemptTimeoutError{d: d, err: err}
+		}
+		return nil, err
+	}
+	resp.Body = cancelOnClose(resp.Body, cancel)
+	return resp, nil
+}
