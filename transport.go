@@ -20,7 +20,8 @@ const DefaultMaxAttempts = 4
 const drainLimit = 64 << 10
 
 // Transport is an http.RoundTripper that retries through next. Create it
-// with New; the zero value is not usable. It is safe for concurrent use.
+// with New; a zero Transport sends nothing and returns an error saying so.
+// It is safe for concurrent use.
 type Transport struct {
 	next             http.RoundTripper
 	policy           Policy
@@ -65,6 +66,8 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 	return t
 }
 
+var errNotFromNew = errors.New("retryhttp: Transport used without New; create it with retryhttp.New")
+
 // CloseIdleConnections closes the idle connections of the next RoundTripper,
 // if it has such a method; http.Client.CloseIdleConnections reaches it.
 func (t *Transport) CloseIdleConnections() {
@@ -76,6 +79,11 @@ func (t *Transport) CloseIdleConnections() {
 // RoundTrip implements http.RoundTripper: it sends req through the next
 // RoundTripper and retries as the package documentation describes.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.next == nil {
+		// A Transport{} literal: say so rather than panic on a nil field.
+		closeRequestBody(req)
+		return nil, errNotFromNew
+	}
 	ctx := req.Context()
 	r := retrier{t: t, req: req, first: req, key: keyOf(req.URL), hooks: hooksOf(t, ctx)}
 	if t.budget != nil {

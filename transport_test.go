@@ -989,3 +989,15 @@ func TestTransportBodyBufferUnbounded(t *testing.T) {
 		}
 	})
 }
+
+// TestTransportZeroValue: a Transport not made by New sends nothing, closes
+// the request body and says what is wrong, rather than panicking.
+func TestTransportZeroValue(t *testing.T) {
+	body := newTrackedBody("payload")
+	req, err := http.NewRequest(http.MethodPut, "http://example.test/", body)
+	require.NoError(t, err)
+	resp, err := (&Transport{}).RoundTrip(req)
+	require.Nil(t, resp)
+	require.ErrorContains(t, err, "retryhttp.New")
+	require.Equal(t, int32(1), body.closed.Load(), "the request body is closed")
+}
