@@ -339,19 +339,6 @@ func TestStatsConcurrent(t *testing.T) {
 		}
 	}()
 
-	do := func(rt http.RoundTripper, url string) {
-		req, err := http.NewRequest(http.MethodGet, url, nil)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		resp, err := rt.RoundTrip(req)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		resp.Body.Close()
-	}
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
@@ -360,9 +347,9 @@ func TestStatsConcurrent(t *testing.T) {
 				if i%2 == 1 {
 					path = "/fail"
 				}
-				do(tr, "http://host"+path)
+				sendGET(t, tr, "http://host"+path)
 			}
-			do(other, "http://host/ok")
+			sendGET(t, other, "http://host/ok")
 		})
 	}
 	wg.Wait()
@@ -449,24 +436,28 @@ func TestStatsRetryAfterSeenWithoutRetry(t *testing.T) {
 }
 
 // sendConcurrently sends n GETs for rawURL through rt at once and waits for
-// all of them; each must return a response, whose body it closes.
+// all of them.
 func sendConcurrently(t *testing.T, rt http.RoundTripper, n int, rawURL string) {
 	t.Helper()
 	var wg sync.WaitGroup
 	for range n {
-		wg.Go(func() {
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, rawURL, nil)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			resp, err := rt.RoundTrip(req)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			resp.Body.Close()
-		})
+		wg.Go(func() { sendGET(t, rt, rawURL) })
 	}
 	wg.Wait()
+}
+
+// sendGET sends one GET for rawURL through rt; it must return a response,
+// whose body it closes. It is safe to call from any goroutine of the test.
+func sendGET(t *testing.T, rt http.RoundTripper, rawURL string) {
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, rawURL, nil)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	resp.Body.Close()
 }

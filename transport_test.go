@@ -566,16 +566,7 @@ func TestTransportRetryAfterHerd(t *testing.T) {
 			return &http.Response{StatusCode: 503, Header: http.Header{"Retry-After": {"5"}}, Body: http.NoBody}
 		}}
 		tr := newT(next) // default spread: DefaultRetryAfterSpread, 1 s
-		var wg sync.WaitGroup
-		for range n {
-			wg.Go(func() {
-				resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
-				if assert.NoError(t, err) {
-					_ = resp.Body.Close()
-				}
-			})
-		}
-		wg.Wait()
+		sendConcurrently(t, tr, n, testURL)
 		waits := next.retries()
 		require.Len(t, waits, n, "retries")
 		var buckets [10]int // 100 ms each over [5 s, 6 s)
@@ -799,16 +790,7 @@ func TestTransportFirstAttemptJitter(t *testing.T) {
 			next := newNext(reply{status: 200})
 			tr := newT(next, WithFirstAttemptJitter(max))
 			t0 := time.Now()
-			var wg sync.WaitGroup
-			for range n {
-				wg.Go(func() {
-					resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
-					if assert.NoError(t, err) {
-						_ = resp.Body.Close()
-					}
-				})
-			}
-			wg.Wait()
+			sendConcurrently(t, tr, n, testURL)
 			reqs := next.requests()
 			require.Len(t, reqs, n, "attempts that reached next")
 			var buckets [10]int // 100 ms each
