@@ -31,7 +31,7 @@ func (r *retrier) attempt(areq *http.Request) (*http.Response, error) {
 }
 
 func (r *retrier) sendWithTimeout(areq *http.Request) (*http.Response, error) {
-	if r.t.attemptTimeout > 0 {
+	if r.s.attemptTimeout > 0 {
 		return r.attemptWithTimeout(areq)
 	}
 	return r.send(areq)
@@ -43,10 +43,16 @@ func (r *retrier) send(areq *http.Request) (*http.Response, error) {
 	case err != nil && resp != nil:
 		// A RoundTripper must not return both; keep the error, as
 		// http.Client does, and release the response.
-		resp.Body.Close()
+		if resp.Body != nil {
+			resp.Body.Close()
+		}
 		return nil, err
 	case err == nil && resp == nil:
 		return nil, errNilResponse
+	case resp != nil && resp.Body == nil:
+		// A nil Body is an empty one, as http.Client treats it (Go issue
+		// 38095: RoundTrippers written for tests return it).
+		resp.Body = http.NoBody
 	}
 	return resp, err
 }
@@ -57,7 +63,7 @@ var errNilResponse = errors.New("retryhttp: next RoundTripper returned a nil res
 // headers. The attempt's context stays alive until the response body is
 // closed, so a slow body read after a timely response is not cut off.
 func (r *retrier) attemptWithTimeout(areq *http.Request) (*http.Response, error) {
-	d := r.t.attemptTimeout
+	d := r.s.attemptTimeout
 	ctx, cancel := context.WithCancel(areq.Context())
 	timer := time.AfterFunc(d, cancel)
 	resp, err := r.send(areq.WithContext(ctx))

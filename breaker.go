@@ -79,8 +79,9 @@ type BreakerConfig struct {
 // shared between transports and is safe for concurrent use; a request to a
 // host whose circuit is closed takes no lock.
 type Breaker struct {
-	cfg   BreakerConfig
-	lanes table[*lane]
+	cfg      BreakerConfig
+	circuits bool // false: the lanes only keep policy memory, and never open
+	lanes    table[*lane]
 }
 
 // NewBreaker returns a Breaker configured by c, with defaults for zero
@@ -109,9 +110,25 @@ func NewBreaker(c BreakerConfig) *Breaker {
 	c.Span = min(c.Span, maxBreakerDuration)
 	c.OpenFor = min(c.OpenFor, maxBreakerDuration)
 	c.OpenJitter = min(c.OpenJitter, maxBreakerDuration)
-	b := &Breaker{cfg: c}
+	return newLanes(c, true)
+}
+
+// newLanes returns a Breaker configured by c whose circuits open only if
+// circuits is true: without them it keeps a host's memory for a policy.
+func newLanes(c BreakerConfig, circuits bool) *Breaker {
+	b := &Breaker{cfg: c, circuits: circuits}
 	b.lanes.idle = (*lane).idle
 	return b
+}
+
+// stateful reports whether a policy may use the previous delay, and so needs
+// per-host memory: every policy but the ones known to ignore it.
+func stateful(p Policy) bool {
+	switch p.(type) {
+	case FullJitter, EqualJitter, Exponential, Immediate:
+		return false
+	}
+	return true
 }
 
 // WithBreaker sets the circuit breaker; nil turns it off. New uses a fresh
@@ -248,7 +265,7 @@ func (l *lane) record(tk ticket, o outcome) transition {
 		}
 		return transition{}
 	}
-	if o == outcomeNone && !tk.probe {
+	if (o == outcomeNone || !l.b.circuits) && !tk.probe {
 		return transition{}
 	}
 	l.mu.Lock()

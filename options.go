@@ -1,9 +1,6 @@
 package retryhttp
 
 import (
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -19,7 +16,7 @@ func WithPolicy(p Policy) Option {
 		if p == nil {
 			p = FullJitter{}
 		}
-		t.policy = p
+		t.s.policy = p
 	}
 }
 
@@ -30,7 +27,7 @@ func WithMaxAttempts(n int) Option {
 	if n < 1 {
 		panic("retryhttp: WithMaxAttempts(" + strconv.Itoa(n) + "): n counts every attempt, the first included, and must be at least 1")
 	}
-	return func(t *Transport) { t.maxAttempts = n }
+	return func(t *Transport) { t.s.maxAttempts = n }
 }
 
 // WithFirstAttemptJitter delays each request's first attempt by a duration
@@ -39,7 +36,7 @@ func WithMaxAttempts(n int) Option {
 // context's error, if the request's context ends. max <= 0 turns it off (the
 // default).
 func WithFirstAttemptJitter(max time.Duration) Option {
-	return func(t *Transport) { t.firstJitter = max }
+	return func(t *Transport) { t.s.firstJitter = max }
 }
 
 // WithMaxRetryAfter clamps the wait a server's Retry-After header may ask
@@ -49,7 +46,7 @@ func WithMaxRetryAfter(d time.Duration) Option {
 	if d < 0 {
 		panic("retryhttp: WithMaxRetryAfter(" + d.String() + "): negative duration")
 	}
-	return func(t *Transport) { t.maxRetryAfter = d }
+	return func(t *Transport) { t.s.maxRetryAfter = d }
 }
 
 // WithRetryAfterSpread sets the width of the random spread added above a
@@ -60,7 +57,7 @@ func WithRetryAfterSpread(d time.Duration) Option {
 	if d < 0 {
 		panic("retryhttp: WithRetryAfterSpread(" + d.String() + "): negative duration")
 	}
-	return func(t *Transport) { t.retryAfterSpread = d }
+	return func(t *Transport) { t.s.retryAfterSpread = d }
 }
 
 // WithRetryIf sets which outcomes of an attempt are retryable: f gets the
@@ -73,7 +70,7 @@ func WithRetryIf(f func(*http.Response, error) bool) Option {
 		if f == nil {
 			f = DefaultRetryIf
 		}
-		t.retryIf = f
+		t.s.retryIf = f
 	}
 }
 
@@ -84,7 +81,7 @@ func WithIdempotentIf(f func(*http.Request) bool) Option {
 		if f == nil {
 			f = DefaultIdempotentIf
 		}
-		t.idempotentIf = f
+		t.s.idempotentIf = f
 	}
 }
 
@@ -95,7 +92,7 @@ func WithIdempotentIf(f func(*http.Request) bool) Option {
 // bodies with GetBody, such as those http.NewRequest makes from a
 // bytes.Buffer, bytes.Reader or strings.Reader, are replayed.
 func WithBodyBuffer(maxBytes int64) Option {
-	return func(t *Transport) { t.bodyBuffer = maxBytes }
+	return func(t *Transport) { t.s.bodyBuffer = maxBytes }
 }
 
 // WithAttemptTimeout gives each attempt d to deliver its response headers.
@@ -105,15 +102,26 @@ func WithBodyBuffer(maxBytes int64) Option {
 // until the body is closed. d <= 0 turns it off (the default); the request's
 // own context still bounds everything.
 func WithAttemptTimeout(d time.Duration) Option {
-	return func(t *Transport) { t.attemptTimeout = d }
+	return func(t *Transport) { t.s.attemptTimeout = d }
 }
 
-// DefaultRetryIf is the default test of WithRetryIf. It retries the statuses
-// 408, 429, 500, 502, 503 and 504, and transport errors other than
-// certificate errors, which no retry can mend.
+// DefaultRetryIf is the default test of WithRetryIf. It retries transport
+// errors and the statuses 408, 429, 500, 502, 503 and 504, unless the server
+// advises otherwise: on a response with a status of 400 or above, the
+// headers X-Should-Retry (sent by OpenAI, Anthropic and other APIs whose
+// SDKs are generated alike) and Stripe-Should-Retry, when "true" or "false",
+// decide instead. Whatever it says, the transport never retries the
+// caller's own context ending, a certificate error, or an error the request
+// itself caused before anything reached the host (a malformed URL or
+// header, an unsupported scheme).
 func DefaultRetryIf(resp *http.Response, err error) bool {
 	if err != nil {
-		return retryableError(err)
+		return true
+	}
+	if resp.StatusCode >= 400 {
+		if advice, ok := shouldRetry(resp.Header); ok {
+			return advice
+		}
 	}
 	switch resp.StatusCode {
 	case http.StatusRequestTimeout, http.StatusTooManyRequests,
@@ -124,21 +132,18 @@ func DefaultRetryIf(resp *http.Response, err error) bool {
 	return false
 }
 
-// retryableError reports whether a transport error may go away on its own.
-func retryableError(err error) bool {
-	var (
-		verify    *tls.CertificateVerificationError
-		authority x509.UnknownAuthorityError
-		invalid   x509.CertificateInvalidError
-		hostname  x509.HostnameError
-	)
-	switch {
-	case errors.As(err, &verify), errors.As(err, &authority),
-		errors.As(err, &invalid), errors.As(err, &hostname):
-		// The same certificate will fail the same way.
-		return false
+// shouldRetry reads a server's advice on retrying a response: ok is false
+// when it gives none.
+func shouldRetry(h http.Header) (retry, ok bool) {
+	for _, name := range [...]string{"X-Should-Retry", "Stripe-Should-Retry"} {
+		switch h.Get(name) {
+		case "true":
+			return true, true
+		case "false":
+			return false, true
+		}
 	}
-	return true
+	return false, false
 }
 
 // DefaultIdempotentIf is the default test of WithIdempotentIf: the methods

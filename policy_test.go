@@ -353,7 +353,7 @@ func TestPolicyTransportsDrawDifferentSequences(t *testing.T) {
 	seq := func(tr *Transport) []time.Duration {
 		s := make([]time.Duration, 20)
 		for i := range s {
-			s[i] = tr.policy.Delay(i+1, 0)
+			s[i] = tr.s.policy.Delay(i+1, 0)
 		}
 		return s
 	}

@@ -70,22 +70,85 @@ func parseDeltaSeconds(v string) (time.Duration, bool) {
 	return time.Duration(secs) * time.Second, true
 }
 
-// retryAfterDelay turns a retryable response's Retry-After header into the
-// wait before the next attempt: the server's value clamped to maxWait, plus a
-// spread drawn from [0, spread). ok is false when the header is absent or
-// unusable. clamped reports that the server asked for more than maxWait.
+// serverWait is the wait that a retryable response asks for through its
+// headers, read once per response.
+type serverWait struct {
+	d       time.Duration // the wait, clamped, before the spread
+	seen    bool          // a Retry-After or Retry-After-Ms header was present
+	ok      bool          // and gave a usable wait
+	clamped bool          // the server asked for more than the clamp
+}
+
+// parseServerWait reads the wait a response asks for: Retry-After-Ms
+// (milliseconds, sent by OpenAI and Azure) when it holds a usable value, as
+// it is the more precise, else Retry-After. The wait is clamped to maxWait.
+func parseServerWait(h http.Header, now time.Time, maxWait time.Duration) serverWait {
+	var w serverWait
+	if v := h.Get("Retry-After-Ms"); v != "" {
+		w.seen = true
+		w.d, w.ok = parseMillis(v)
+	}
+	if v := h.Get("Retry-After"); !w.ok && v != "" {
+		w.seen = true
+		w.d, w.ok = parseRetryAfter(v, now)
+	}
+	if w.ok && w.d > maxWait {
+		w.d, w.clamped = maxWait, true
+	}
+	return w
+}
+
+// withSpread returns the wait plus a spread drawn from [0, spread), so that
+// clients told the same instant do not return at the same instant; it
+// saturates rather than wraps near the largest Duration.
+func (w serverWait) withSpread(spread time.Duration) time.Duration {
+	return w.d + uniform(0, min(spread, math.MaxInt64-w.d))
+}
+
+// parseMillis reads a Retry-After-Ms value: a non-negative decimal number of
+// milliseconds, with an optional fraction, saturating at the largest
+// Duration. Anything else is unusable.
+func parseMillis(v string) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	whole, frac, _ := strings.Cut(v, ".")
+	if whole == "" || !allDigits(whole) || !allDigits(frac) {
+		return 0, false
+	}
+	const maxMillis = int64(math.MaxInt64 / int64(time.Millisecond))
+	var ms int64
+	for i := 0; i < len(whole); i++ {
+		ms = ms*10 + int64(whole[i]-'0')
+		if ms > maxMillis {
+			return time.Duration(math.MaxInt64), true
+		}
+	}
+	d := time.Duration(ms) * time.Millisecond
+	// The fraction, down to the nanosecond.
+	scale := time.Duration(100 * time.Microsecond)
+	for i := 0; i < len(frac) && scale > 0; i++ {
+		d += time.Duration(frac[i]-'0') * scale
+		scale /= 10
+	}
+	return d, true
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// retryAfterDelay turns a retryable response's headers into the wait before
+// the next attempt: the server's value clamped to maxWait, plus a spread
+// drawn from [0, spread). ok is false when the headers give no usable wait.
+// clamped reports that the server asked for more than maxWait.
 func retryAfterDelay(h http.Header, now time.Time, maxWait, spread time.Duration) (d time.Duration, ok, clamped bool) {
-	v := h.Get("Retry-After")
-	if v == "" {
+	w := parseServerWait(h, now, maxWait)
+	if !w.ok {
 		return 0, false, false
 	}
-	d, ok = parseRetryAfter(v, now)
-	if !ok {
-		return 0, false, false
-	}
-	if d > maxWait {
-		d, clamped = maxWait, true
-	}
-	// Saturate rather than wrap when the clamp is near the largest Duration.
-	return d + uniform(0, min(spread, math.MaxInt64-d)), true, clamped
+	return w.withSpread(spread), true, w.clamped
 }

@@ -11,20 +11,32 @@ import (
 	"github.com/hashicorp/go-cleanhttp"
 )
 
-// DefaultMaxAttempts is the default number of attempts, the first included:
-// the seed's four.
+// DefaultMaxAttempts is the default number of attempts, the first included.
+// With the default policy four attempts wait at most 0.2+0.4+0.8 = 1.4 s in
+// all: enough to ride out a blip, short enough that a caller is not held
+// long by a host that is down (the breaker handles that).
 const DefaultMaxAttempts = 4
-
-// drainLimit bounds how much of a discarded response body is read so that
-// its connection can be reused; a larger body is closed unread past it.
-const drainLimit = 64 << 10
 
 // Transport is an http.RoundTripper that retries through next. Create it
 // with New; a zero Transport sends nothing and returns an error saying so.
 // It is safe for concurrent use.
 type Transport struct {
-	next             http.RoundTripper
+	next    http.RoundTripper
+	s       settings
+	hooks   *Hooks // nil: none
+	stats   stats
+	budget  *Budget  // nil: no budget
+	breaker *Breaker // nil: no circuits
+	// lanes holds per-host memory: the breaker's own lanes, or, without a
+	// breaker, lanes whose circuits never open, so that a policy's memory
+	// of a host does not depend on whether a breaker is configured.
+	lanes *Breaker
+}
+
+// settings are what a Transport's options set for each request.
+type settings struct {
 	policy           Policy
+	stateful         bool // policy may use its prev argument: it needs per-host memory
 	maxAttempts      int
 	firstJitter      time.Duration
 	maxRetryAfter    time.Duration
@@ -33,10 +45,6 @@ type Transport struct {
 	idempotentIf     func(*http.Request) bool
 	bodyBuffer       int64
 	attemptTimeout   time.Duration
-	hooks            *Hooks // nil: none
-	stats            stats
-	budget           *Budget  // nil: no budget
-	breaker          *Breaker // nil: no circuits
 }
 
 // New returns a Transport that sends requests through next, or through
@@ -50,18 +58,25 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 		next = cleanhttp.DefaultPooledTransport()
 	}
 	t := &Transport{
-		next:             next,
-		policy:           FullJitter{},
-		maxAttempts:      DefaultMaxAttempts,
-		maxRetryAfter:    DefaultMaxRetryAfter,
-		retryAfterSpread: DefaultRetryAfterSpread,
-		retryIf:          DefaultRetryIf,
-		idempotentIf:     DefaultIdempotentIf,
-		budget:           NewBudget(BudgetConfig{}),
-		breaker:          NewBreaker(BreakerConfig{}),
+		next: next,
+		s: settings{
+			policy:           FullJitter{},
+			maxAttempts:      DefaultMaxAttempts,
+			maxRetryAfter:    DefaultMaxRetryAfter,
+			retryAfterSpread: DefaultRetryAfterSpread,
+			retryIf:          DefaultRetryIf,
+			idempotentIf:     DefaultIdempotentIf,
+		},
+		budget:  NewBudget(BudgetConfig{}),
+		breaker: NewBreaker(BreakerConfig{}),
 	}
 	for _, o := range opts {
 		o(t)
+	}
+	t.s.stateful = stateful(t.s.policy)
+	t.lanes = t.breaker
+	if t.lanes == nil {
+		t.lanes = newLanes(BreakerConfig{}, false)
 	}
 	return t
 }
@@ -85,24 +100,23 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, errNotFromNew
 	}
 	ctx := req.Context()
-	r := retrier{t: t, req: req, first: req, key: keyOf(req.URL), hooks: hooksOf(t, ctx)}
+	r := retrier{t: t, s: &t.s, req: req, key: keyOf(req.URL), hooks: hooksOf(t, ctx)}
 	if t.budget != nil {
 		t.budget.deposit(r.key)
 	}
-	if t.breaker != nil {
-		r.lane = t.breaker.lane(r.key)
+	if t.breaker != nil || r.s.stateful {
+		r.lane = t.lanes.lane(r.key)
 	}
-	r.replayable()
+	areq := r.replayable() // what the first attempt sends
 
-	if t.firstJitter > 0 {
+	if r.s.firstJitter > 0 {
 		// Spread a bulk sender's first attempts; cancellable like any sleep.
-		if err := r.sleep(ctx, uniform(0, t.firstJitter)); err != nil {
-			closeRequestBody(r.first)
+		if err := r.sleep(ctx, uniform(0, r.s.firstJitter)); err != nil {
+			closeRequestBody(areq)
 			return r.finish(nil, nil, ReasonContextDone, err)
 		}
 	}
 
-	areq := r.first
 	var err error // the latest attempt's error
 	for {
 		if aerr := r.admit(); aerr != nil {
@@ -112,26 +126,22 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		var resp *http.Response
 		resp, err = r.attempt(areq)
-		stop, reason := r.stopReason(resp, err)
-		var delay time.Duration
-		if !stop {
-			delay, reason = r.delay(resp)
-			if reason == ReasonNone {
-				areq, reason = r.nextRequest()
-			}
-			if reason == ReasonNone {
-				reason = r.schedule(areq, delay)
-			}
-			stop = reason != ReasonNone
+		v := classify(req, resp, err, r.s.retryIf)
+		wait := r.record(v, resp)
+		if v.success() {
+			return r.finish(resp, nil, ReasonNone, nil)
 		}
-		if stop {
+		var wake time.Time
+		var reason Reason
+		areq, wake, reason = r.decide(v, wait)
+		if reason != ReasonNone {
 			// Decide before draining: the last response goes back untouched.
 			return r.finish(resp, err, reason, nil)
 		}
 		if resp != nil {
-			drain(resp.Body)
+			drain(resp.Body, r.drainTime())
 		}
-		if serr := r.sleep(ctx, delay); serr != nil {
+		if serr := r.sleep(ctx, time.Until(wake)); serr != nil {
 			closeRequestBody(areq)
 			reason := ReasonContextDone
 			if errors.Is(serr, ErrCircuitOpen) {
@@ -145,144 +155,127 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // retrier holds the state of one call to RoundTrip. It lives on the stack.
 type retrier struct {
-	t     *Transport
-	req   *http.Request                 // the caller's request, never modified
-	first *http.Request                 // what the first attempt sends
-	body  func() (io.ReadCloser, error) // a fresh body for each retry; nil: no body
-	hooks hookSet
-	// stop is why no retry is possible before anything is sent (not
-	// idempotent, body not replayable), or ReasonNone.
-	stop     Reason
+	t        *Transport
+	s        *settings
+	req      *http.Request                 // the caller's request, never modified
+	body     func() (io.ReadCloser, error) // a fresh body for each retry; nil: no body
+	sent     *sentBody                     // the latest attempt's body, when tracked
+	hooks    hookSet
 	attempts int
-	prev     time.Duration // the previous delay, for DecorrelatedJitter without a lane
+	prev     time.Duration // the previous delay, for a policy without a lane
 	key      hostKey
-	lane     *lane  // the host's circuit and memory; nil without a Breaker
+	lane     *lane  // the host's circuit and memory; nil when neither is needed
 	ticket   ticket // the latest attempt's admission by the circuit
-	// fromHeader and clamped describe the latest drawn delay: a Retry-After
-	// set it, and was clamped.
-	fromHeader, clamped bool
+	// tracked: the bodies come from a GetBody that may hand out one shared
+	// reader again and again, so each attempt's body is a sentBody,
+	// released before the next attempt takes its own.
+	tracked bool
+	// idempotent: the request may be sent more than once.
+	idempotent bool
+	// unreplayable: the body cannot be sent again (no GetBody and not
+	// buffered, or larger than the buffer).
+	unreplayable bool
 }
 
-// stopReason tells whether the outcome of the latest attempt ends the
-// request, and why, and tells the host's circuit what the outcome was. It
-// runs before anything is drained. A request that ends on a response that is
-// not a failure stops with ReasonNone.
-func (r *retrier) stopReason(resp *http.Response, err error) (bool, Reason) {
-	t := r.t
-	ctxDone := r.req.Context().Err() != nil
-	var retryable bool
-	o := outcomeNone
-	switch {
-	case err != nil && ctxDone:
-		// The caller's context ended: its own error is never retried, and
-		// says nothing about the host.
-	case err != nil && malformedURL(r.req):
-		// The same URL will fail the same way.
-	default:
-		retryable = t.retryIf(resp, err)
-		switch {
-		case retryable:
-			o = outcomeFailure
-		case resp != nil:
-			// The host answered: a success to the circuit.
-			o = outcomeSuccess
-		}
-		// A transport error that no retry mends (a certificate error)
-		// tells nothing of the host's health.
-	}
-	if retryable && resp != nil {
-		r.countRetryAfter(resp)
-	}
-	opened := false
+// record tells the host what the latest attempt's outcome says about it,
+// and counts a retryable response's Retry-After, whether or not a retry
+// follows: a rising rate is the early sign that a tenant is rate-limiting
+// the caller. It returns the wait the response asks for.
+func (r *retrier) record(v verdict, resp *http.Response) serverWait {
 	if r.lane != nil {
-		r.report(r.lane.record(r.ticket, o))
-		// Open now, by this failure or by others while this attempt was
-		// in flight: no retry would be let through.
-		opened = r.lane.isOpen()
+		r.report(r.lane.record(r.ticket, v.host))
 	}
+	var w serverWait
+	if v.retry && resp != nil {
+		w = parseServerWait(resp.Header, time.Now(), r.s.maxRetryAfter)
+		if w.seen {
+			r.t.stats.raSeen.Add(1)
+		}
+		if w.clamped {
+			r.t.stats.raClamped.Add(1)
+		}
+	}
+	return w
+}
+
+// decide tells whether the failed latest attempt is retried. Its checks
+// read in the order they apply: is the outcome retryable; are attempts
+// left; may the request be sent again; is the host's circuit still
+// closed; does the context's deadline leave room for the delay; is the next
+// body ready; does the budget hold a token. On a retry it returns the next
+// attempt's request and when to send it; otherwise why not, with nothing
+// drained, so that the last response can go back untouched.
+func (r *retrier) decide(v verdict, wait serverWait) (*http.Request, time.Time, Reason) {
+	t, s, ctx := r.t, r.s, r.req.Context()
 	switch {
-	case !retryable && err == nil:
-		return true, ReasonNone
-	case !retryable && ctxDone:
-		return true, ReasonContextDone
-	case !retryable:
-		return true, ReasonNotRetryable
-	case ctxDone:
-		return true, ReasonContextDone
-	case r.stop != ReasonNone:
-		return true, r.stop
-	case r.attempts >= t.maxAttempts:
-		return true, ReasonAttemptsUsed
-	case opened:
-		// The host's circuit is open: no retry would be let through, so
-		// none is scheduled, no token spent, and the response goes back.
-		return true, ReasonCircuitOpen
+	case !v.retry:
+		return nil, time.Time{}, v.why
+	case ctx.Err() != nil:
+		return nil, time.Time{}, ReasonContextDone
+	case r.attempts >= s.maxAttempts:
+		return nil, time.Time{}, ReasonAttemptsUsed
+	case !r.idempotent && v.reach != notReached:
+		// Sending it again could apply it twice; only a request that never
+		// reached the server may go again whatever its method.
+		return nil, time.Time{}, ReasonNotIdempotent
+	case r.unreplayable:
+		return nil, time.Time{}, ReasonBodyNotReplayable
+	case r.lane != nil && r.lane.isOpen():
+		// Open now, by this failure or by others while this attempt was in
+		// flight: no retry would be let through, so none is scheduled and
+		// no token spent.
+		return nil, time.Time{}, ReasonCircuitOpen
 	}
-	return false, ReasonNone
-}
-
-// countRetryAfter counts a retryable response's Retry-After, and whether it
-// asks for more than the clamp, whether or not a retry follows: a rising
-// rate is the early sign that a tenant is rate-limiting the caller.
-func (r *retrier) countRetryAfter(resp *http.Response) {
-	v := resp.Header.Get("Retry-After")
-	if v == "" {
-		return
-	}
-	r.t.stats.raSeen.Add(1)
-	if d, ok := parseRetryAfter(v, time.Now()); ok && d > r.t.maxRetryAfter {
-		r.t.stats.raClamped.Add(1)
-	}
-}
-
-// delay draws the wait before the next attempt: the server's Retry-After
-// if it gave a usable one, else the policy's. It then checks, first of the
-// checks before a retry, that the caller's deadline leaves room for it.
-func (r *retrier) delay(resp *http.Response) (time.Duration, Reason) {
-	t := r.t
 	now := time.Now()
-	var d time.Duration
-	r.fromHeader, r.clamped = false, false
-	if resp != nil && resp.Header.Get("Retry-After") != "" {
-		d, r.fromHeader, r.clamped = retryAfterDelay(resp.Header, now, t.maxRetryAfter, t.retryAfterSpread)
+	d := wait.withSpread(s.retryAfterSpread)
+	if !wait.ok {
+		d = s.policy.Delay(r.attempts, r.getPrev())
 	}
-	if !r.fromHeader {
-		d = t.policy.Delay(r.attempts, r.getPrev())
-	}
-	if dl, ok := r.req.Context().Deadline(); ok && !now.Add(d).Before(dl) {
+	if dl, ok := ctx.Deadline(); ok && !now.Add(d).Before(dl) {
 		// Sleeping would outlive the caller's deadline: return now.
-		return d, ReasonDeadline
+		return nil, time.Time{}, ReasonDeadline
 	}
-	return d, ReasonNone
-}
-
-// schedule takes the retry's budget token, last of the checks so that a
-// retry that is not made costs none, and records the retry. areq, the
-// prepared next attempt, is released if the budget refuses.
-func (r *retrier) schedule(areq *http.Request, d time.Duration) Reason {
-	t := r.t
+	areq, reason := r.nextRequest()
+	if reason != ReasonNone {
+		return nil, time.Time{}, reason
+	}
 	if t.budget != nil && !t.budget.withdraw(r.key) {
-		// No token: skip the sleep for an attempt that will not be made.
+		// Last, so that a retry that is not made costs no token; and before
+		// the sleep, which would wait for an attempt that will not be made.
 		t.stats.budgetDenied.Add(1)
 		closeRequestBody(areq)
-		return ReasonBudgetExhausted
+		return nil, time.Time{}, ReasonBudgetExhausted
 	}
 	// Only a delay that will be waited becomes the host's previous delay.
 	r.setPrev(d)
 	t.stats.recordDelay(r.attempts, d)
-	fire(r.hooks, (*Hooks).retryScheduled, RetryInfo{Request: r.req, Retry: r.attempts, Delay: d, RetryAfter: r.fromHeader, Clamped: r.clamped})
-	return ReasonNone
+	fire(r.hooks, (*Hooks).retryScheduled, RetryInfo{Request: r.req, Retry: r.attempts, Delay: d, RetryAfter: wait.ok, Clamped: wait.clamped})
+	return areq, now.Add(d), ReasonNone
+}
+
+// drainTime bounds the drain of a failed response: drainTimeout, and never
+// past the caller's deadline.
+func (r *retrier) drainTime() time.Duration {
+	d := drainTimeout
+	if dl, ok := r.req.Context().Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	return d
 }
 
 // finish ends the request. resp is the last response if it is still
-// intact, and goes back to the caller as it is; otherwise the caller gets
-// an Error whose cause is the reason's own error (the context's,
-// ErrCircuitOpen, ErrBudgetExhausted), with the last attempt's error beside
-// it so that errors.Is and errors.As reach both. A request that stops on a
-// failure, or with an error, gives up: that is counted and reported.
+// intact, and goes back to the caller as it is, with the caller's own
+// request as its Request; otherwise the caller gets an Error whose cause is
+// the reason's own error (the context's, ErrCircuitOpen,
+// ErrBudgetExhausted), with the last attempt's error beside it so that
+// errors.Is and errors.As reach both. A request that stops on a failure, or
+// with an error, gives up: that is counted and reported.
 func (r *retrier) finish(resp *http.Response, attemptErr error, reason Reason, cause error) (*http.Response, error) {
 	if r.attempts == 0 {
 		r.t.stats.notSent.Add(1)
+	}
+	if resp != nil {
+		resp.Request = r.req
 	}
 	if reason == ReasonNone {
 		return resp, nil
@@ -344,21 +337,21 @@ func (r *retrier) admit() error {
 }
 
 // sleep waits before an attempt, ending early when the context ends or the
-// host's circuit opens. Afterwards the request takes the host's lane afresh
-// from the breaker, in case the one it held was dropped from memory before
-// it slept.
+// host's circuit opens. Afterwards the request takes the host's lane afresh,
+// in case the one it held was dropped from memory before it slept.
 func (r *retrier) sleep(ctx context.Context, d time.Duration) error {
 	if r.lane == nil {
 		return sleep(ctx, d, nil)
 	}
 	err := sleep(ctx, d, r.lane.sleepStart())
 	r.lane.sleepEnd()
-	r.lane = r.t.breaker.lane(r.key)
+	r.lane = r.t.lanes.lane(r.key)
 	return err
 }
 
-// getPrev returns the previous delay for DecorrelatedJitter: the host's,
-// kept in its lane until a success, or this request's own without a lane.
+// getPrev returns the previous delay for a policy that grows from it: the
+// host's, kept in its lane until a success, or this request's own without
+// a lane.
 func (r *retrier) getPrev() time.Duration {
 	if r.lane != nil {
 		return time.Duration(r.lane.prev.Load())
@@ -372,11 +365,6 @@ func (r *retrier) setPrev(d time.Duration) {
 		return
 	}
 	r.prev = d
-}
-
-// malformedURL reports a URL that no transport can send to.
-func malformedURL(req *http.Request) bool {
-	return req.URL == nil || req.URL.Scheme == "" || req.URL.Host == ""
 }
 
 func host(req *http.Request) string {
