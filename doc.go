@@ -22,15 +22,19 @@
 // # What it retries
 //
 // Methods GET, HEAD, OPTIONS, TRACE, PUT and DELETE, and POST or PATCH only
-// when they carry a non-empty Idempotency-Key header; a body must be
-// replayable (GetBody, http.NoBody, or buffered by WithBodyBuffer). Outcomes:
-// transport errors other than the request's own context ending, certificate
-// errors and malformed URLs, and the statuses 408, 429, 500, 502, 503 and
-// 504. Everything else is returned at once.
+// when they carry a non-empty Idempotency-Key header; any method when the
+// request provably never reached the server (the dial or the TLS handshake
+// failed). A body must be replayable (GetBody, http.NoBody, or buffered by
+// WithBodyBuffer). Outcomes: the statuses 408, 429, 500, 502, 503 and 504,
+// unless the server's X-Should-Retry or Stripe-Should-Retry header says
+// otherwise, and transport errors other than the request's own context
+// ending, certificate errors and errors the request itself causes (a
+// malformed URL or header, an unsupported scheme). Everything else is
+// returned at once.
 //
-// Before each retry it checks, in this order: are attempts left, is the
-// host's circuit still closed, does the context's deadline leave room for
-// the delay, does the retry budget hold a token. Only then does it sleep,
-// and the sleep ends as soon as the request's context ends or the host's
-// circuit opens.
+// Before each retry it checks, in this order: are attempts left, may the
+// request be sent again, is the host's circuit still closed, does the
+// context's deadline leave room for the delay, is the next body ready, does
+// the retry budget hold a token. Only then does it sleep, and the sleep
+// ends as soon as the request's context ends or the host's circuit opens.
 package retryhttp
