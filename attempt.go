@@ -9,7 +9,8 @@ import (
 
 // attempt sends one attempt and normalises what next returned: exactly one
 // of the response and the error is non-nil.
-func (r *retrier) attempt(areq *http.Request) (*http.Response, error) {
+func (r *retrier) attempt() (*http.Response, error) {
+	areq := r.queued
 	r.attempts++
 	if r.attempts == 1 {
 		r.t.stats.first.Add(1)
@@ -17,11 +18,18 @@ func (r *retrier) attempt(areq *http.Request) (*http.Response, error) {
 		r.t.stats.retries.Add(1)
 	}
 	if !r.hooks.any() {
-		return r.sendWithTimeout(areq)
+		r.queued = nil // the next RoundTripper closes its body
+		resp, err := r.sendWithTimeout(areq)
+		r.resp = resp
+		return resp, err
 	}
+	// Until it is sent (AttemptStart may panic) the body is the
+	// transport's to close.
 	fire(r.hooks, (*Hooks).attemptStart, AttemptStartInfo{Request: r.req, Attempt: r.attempts})
+	r.queued = nil
 	start := time.Now()
 	resp, err := r.sendWithTimeout(areq)
+	r.resp = resp
 	done := AttemptDoneInfo{Request: r.req, Attempt: r.attempts, Err: err, Duration: time.Since(start)}
 	if resp != nil {
 		done.Status = resp.StatusCode
@@ -68,6 +76,13 @@ func (r *retrier) attemptWithTimeout(areq *http.Request) (*http.Response, error)
 	timer := time.AfterFunc(d, cancel)
 	resp, err := r.send(areq.WithContext(ctx))
 	fired := !timer.Stop()
+	if err == nil && fired {
+		// The timer ended the attempt just as its response arrived: the
+		// response's context is cancelled, so its body cannot be read. It
+		// is a timed-out attempt, never a success.
+		resp.Body.Close()
+		resp, err = nil, context.Canceled
+	}
 	if err != nil {
 		cancel()
 		if fired && r.req.Context().Err() == nil {

@@ -130,21 +130,22 @@ type trackedRequest struct {
 	body sentBody
 }
 
-// nextRequest prepares the next attempt's request before anything is
-// drained, so that a failure to get a fresh body still returns the last
-// response untouched. A body from the caller's GetBody is taken only once
-// the previous attempt can no longer read its own.
-func (r *retrier) nextRequest() (*http.Request, Reason) {
+// nextRequest prepares the next attempt's request, in r.queued, before
+// anything is drained, so that a failure to get a fresh body still returns
+// the last response untouched. A body from a tracked GetBody is taken only
+// once the previous attempt can no longer read its own.
+func (r *retrier) nextRequest() Reason {
 	if r.sent != nil {
 		if err := r.sent.release(r.req.Context()); err != nil {
-			return nil, ReasonContextDone
+			return ReasonContextDone
 		}
 	}
 	c, err := r.clone()
 	if err != nil {
-		return nil, ReasonBodyNotReplayable
+		return ReasonBodyNotReplayable
 	}
-	return c, ReasonNone
+	r.queued = c
+	return ReasonNone
 }
 
 // errBodyReleased is what the next RoundTripper reads from an attempt's

@@ -2,6 +2,8 @@ package retryhttp
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,6 +71,12 @@ type BreakerConfig struct {
 	// The first that succeeds closes the circuit; the first that fails
 	// opens it again. 0 means DefaultBreakerProbes (1).
 	Probes int
+	// MaxHosts is how many hosts' lanes are kept before idle ones (circuit
+	// closed, or open past its open time, and no request in flight toward
+	// the host) are evicted, least recently used first. Lanes that are not
+	// idle are never evicted, so the table exceeds MaxHosts only by those.
+	// 0 means DefaultMaxHosts (65,536).
+	MaxHosts int
 }
 
 // Breaker holds one circuit per host (scheme, host, port). A circuit counts
@@ -86,7 +94,13 @@ type Breaker struct {
 
 // NewBreaker returns a Breaker configured by c, with defaults for zero
 // fields.
+//
+// NewBreaker panics if FailureRatio is NaN or above 1, which would never
+// trip, or never stop tripping.
 func NewBreaker(c BreakerConfig) *Breaker {
+	if math.IsNaN(c.FailureRatio) || c.FailureRatio > 1 {
+		panic(fmt.Sprintf("retryhttp: NewBreaker: BreakerConfig.FailureRatio is %v; use a share in (0, 1], or 0 for the default", c.FailureRatio))
+	}
 	if c.Span <= 0 {
 		c.Span = DefaultBreakerSpan
 	}
@@ -118,6 +132,7 @@ func NewBreaker(c BreakerConfig) *Breaker {
 func newLanes(c BreakerConfig, circuits bool) *Breaker {
 	b := &Breaker{cfg: c, circuits: circuits}
 	b.lanes.idle = (*lane).idle
+	b.lanes.max = c.MaxHosts
 	return b
 }
 
@@ -199,11 +214,22 @@ type lane struct {
 	openUntil time.Time     // when an open circuit may half-open; guarded by mu
 	probes    int           // probes in flight while half-open; guarded by mu
 	sleepers  int           // requests sleeping toward the host; guarded by mu
-	opened    chan struct{} // closed when the circuit opens; guarded by mu
+	// opened is closed when the circuit opens, to wake the requests
+	// sleeping toward the host. It is made when the first of them starts
+	// sleeping, and while the circuit is open it is closedChan. Guarded by
+	// mu.
+	opened chan struct{}
 }
 
+// closedChan is the opened channel of every open circuit.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
 func newLane(b *Breaker) *lane {
-	return &lane{b: b, opened: make(chan struct{})}
+	return &lane{b: b}
 }
 
 func unpack(w uint64) (State, uint64) { return State(w & 3), w >> 2 }
@@ -237,7 +263,7 @@ func (l *lane) allow() (ticket, transition, error) {
 			return ticket{}, tr, ErrCircuitOpen
 		}
 		tr = l.setLocked(StateHalfOpen)
-		l.opened = make(chan struct{})
+		l.opened = nil
 		l.probes = 0
 		_, gen = unpack(l.word.Load())
 		state = StateHalfOpen
@@ -284,6 +310,10 @@ func (l *lane) record(tk ticket, o outcome) transition {
 	case state == StateHalfOpen && o == outcomeSuccess:
 		l.prev.Store(0)
 		l.resetPeriodLocked()
+		// Other probes still in flight belong to the half-open period that
+		// ends here: their outcomes will be ignored, so their places are
+		// freed now.
+		l.probes = 0
 		return l.setLocked(StateClosed)
 	case state == StateHalfOpen && o == outcomeFailure:
 		return l.openLocked(time.Now())
@@ -319,7 +349,11 @@ func (l *lane) openLocked(now time.Time) transition {
 	c := &l.b.cfg
 	l.openUntil = now.Add(c.OpenFor + uniform(0, c.OpenJitter))
 	l.resetPeriodLocked()
-	close(l.opened)
+	l.probes = 0 // as on closing: the half-open period's probes are over
+	if l.opened != nil && l.opened != closedChan {
+		close(l.opened)
+	}
+	l.opened = closedChan
 	return l.setLocked(StateOpen)
 }
 
@@ -346,6 +380,9 @@ func (l *lane) sleepStart() <-chan struct{} {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sleepers++
+	if l.opened == nil {
+		l.opened = make(chan struct{})
+	}
 	return l.opened
 }
 
@@ -362,16 +399,24 @@ func (l *lane) isOpen() bool {
 	return state == StateOpen
 }
 
-// idle reports that the lane may leave memory: its circuit is closed, no
-// probe is in flight, no request sleeps toward the host, and no failure period is under way (none, or one older
-// than twice the span, which the next failure would start afresh). A
-// DecorrelatedJitter previous delay does not keep a lane: the table drops
-// idle lanes only when it must grow, so that memory is bounded, and a host
-// dropped then starts again from Base.
+// idle reports that the lane may leave memory: no probe is in flight, no
+// request sleeps toward the host, and either the circuit is closed with no
+// failure period under way (none, or one older than twice the span, which
+// the next failure would start afresh), or it is open past its open time,
+// when the next request would probe a host that nobody has asked for since.
+// A policy's previous delay does not keep a lane: a host dropped from
+// memory starts again from Base.
 func (l *lane) idle(now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	state, _ := unpack(l.word.Load())
-	stale := !l.failing.Load() || now.Sub(l.since) > 2*l.b.cfg.Span
-	return state == StateClosed && l.probes == 0 && l.sleepers == 0 && stale
+	if l.probes != 0 || l.sleepers != 0 {
+		return false
+	}
+	switch state, _ := unpack(l.word.Load()); state {
+	case StateClosed:
+		return !l.failing.Load() || now.Sub(l.since) > 2*l.b.cfg.Span
+	case StateOpen:
+		return !now.Before(l.openUntil)
+	}
+	return false
 }

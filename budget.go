@@ -2,6 +2,7 @@ package retryhttp
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,11 @@ type BudgetConfig struct {
 	// that one dead tenant cannot spend the retries of the others. false
 	// means one budget for every host.
 	PerHost bool
+	// MaxHosts is how many hosts' budgets PerHost keeps before idle ones
+	// (floor full) are evicted, least recently used first; an evicted host
+	// starts afresh, with a full floor and nothing banked. 0 means
+	// DefaultMaxHosts (65,536).
+	MaxHosts int
 }
 
 // Budget is a token-bucket retry budget. Every original request deposits
@@ -73,7 +79,18 @@ type Budget struct {
 const unit = 1_000_000
 
 // NewBudget returns a Budget configured by c, with defaults for zero fields.
+//
+// NewBudget panics if a field holds a value that cannot mean anything:
+// NaN or an infinity.
 func NewBudget(c BudgetConfig) *Budget {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"Ratio", c.Ratio}, {"MinPerSecond", c.MinPerSecond}, {"MaxTokens", c.MaxTokens}} {
+		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
+			panic(fmt.Sprintf("retryhttp: NewBudget: BudgetConfig.%s is %v; use a finite number", f.name, f.v))
+		}
+	}
 	if c.Ratio == 0 {
 		c.Ratio = DefaultBudgetRatio
 	}
@@ -93,6 +110,7 @@ func NewBudget(c BudgetConfig) *Budget {
 		b.global = b.newBucket()
 	}
 	b.hosts.idle = (*bucket).idle
+	b.hosts.max = c.MaxHosts
 	return b
 }
 

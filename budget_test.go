@@ -650,11 +650,10 @@ func TestBudgetRetryNotMadeCostsNothing(t *testing.T) {
 }
 
 // budgetTableSize returns how many per-host buckets b holds.
-func budgetTableSize(b *Budget) int {
-	b.hosts.mu.Lock()
-	defer b.hosts.mu.Unlock()
-	return b.hosts.size
-}
+func budgetTableSize(b *Budget) int { return b.hosts.len() }
+
+// smallTable is the MaxHosts of the host-table tests.
+const smallTable = 1024
 
 // budgetHosts returns n distinct hosts named by prefix.
 func budgetHosts(prefix string, n int) []hostKey {
@@ -668,31 +667,30 @@ func budgetHosts(prefix string, n int) []hostKey {
 func TestBudgetHostTable(t *testing.T) {
 	t.Run("idle hosts are swept", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b := NewBudget(BudgetConfig{PerHost: true})
+			b := NewBudget(BudgetConfig{PerHost: true, MaxHosts: smallTable})
 			most := 0
-			for _, k := range budgetHosts("idle", 3*minSweep+100) {
+			for _, k := range budgetHosts("idle", 3*smallTable+100) {
 				b.deposit(k) // a fresh bucket: floor full, so idle
 				most = max(most, budgetTableSize(b))
 			}
-			assert.LessOrEqual(t, most, minSweep, "largest size")
-			assert.Equal(t, 100, budgetTableSize(b), "size: 3 sweeps of %d idle hosts, then 100", minSweep)
+			assert.Equal(t, smallTable, most, "largest size: the cap, never more")
 		})
 	})
 
 	t.Run("drained host survives a sweep", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b := NewBudget(BudgetConfig{PerHost: true})
+			b := NewBudget(BudgetConfig{PerHost: true, MaxHosts: smallTable})
 			dead := budgetKey("dead.test")
 			runBudgetSteps(t, b, dead, []budgetStep{
 				{retries: 10, granted: 10, want: 0}, // dead: 0 tokens, floor drained, not idle
 			})
 			bucket := b.bucketFor(dead)
 			most := 0
-			for _, k := range budgetHosts("idle", 3*minSweep) {
+			for _, k := range budgetHosts("idle", 3*smallTable) {
 				b.deposit(k)
 				most = max(most, budgetTableSize(b))
 			}
-			assert.LessOrEqual(t, most, minSweep, "largest size")
+			assert.LessOrEqual(t, most, smallTable, "largest size")
 			assert.Same(t, bucket, b.bucketFor(dead), "the drained bucket is kept, not replaced")
 			runBudgetSteps(t, b, dead, []budgetStep{
 				{want: 0},                         // dead: 0 tokens, where a fresh bucket would hold 10
@@ -703,15 +701,15 @@ func TestBudgetHostTable(t *testing.T) {
 
 	t.Run("refilled host leaves without loss", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b := NewBudget(BudgetConfig{PerHost: true})
+			b := NewBudget(BudgetConfig{PerHost: true, MaxHosts: smallTable})
 			dead := budgetKey("dead.test")
 			runBudgetSteps(t, b, dead, []budgetStep{
 				{retries: 10, granted: 10, want: 0}, // dead: 0 tokens
 				{sleep: time.Second, want: 10},      // dead: 10 tokens, floor full again: idle
 			})
 			bucket := b.bucketFor(dead)
-			for _, k := range budgetHosts("idle", minSweep) {
-				b.deposit(k) // the last insertion sweeps
+			for _, k := range budgetHosts("idle", 2*smallTable) {
+				b.deposit(k) // the table fills, then evicts
 			}
 			assert.NotSame(t, bucket, b.bucketFor(dead), "the idle bucket was dropped")
 			runBudgetSteps(t, b, dead, []budgetStep{
@@ -723,18 +721,18 @@ func TestBudgetHostTable(t *testing.T) {
 	t.Run("failing hosts stay until their floors refill", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			const failing = 2000
-			b := NewBudget(BudgetConfig{PerHost: true})
+			b := NewBudget(BudgetConfig{PerHost: true, MaxHosts: smallTable})
 			for _, k := range budgetHosts("dead", failing) {
 				for range 10 {
 					require.True(t, b.withdraw(k)) // drain the floor: not idle
 				}
 			}
-			assert.Equal(t, failing, budgetTableSize(b), "no failing host dropped")
+			assert.Equal(t, failing, budgetTableSize(b), "no failing host dropped, though above the cap")
 			time.Sleep(time.Second) // every floor refills: all idle
-			for _, k := range budgetHosts("new", 2*minSweep) {
+			for _, k := range budgetHosts("new", 2*failing) {
 				b.deposit(k)
 			}
-			assert.LessOrEqual(t, budgetTableSize(b), minSweep, "refilled hosts swept")
+			assert.Equal(t, smallTable, budgetTableSize(b), "refilled hosts evicted, two per insertion, down to the cap")
 		})
 	})
 }

@@ -63,6 +63,11 @@ func classify(req *http.Request, resp *http.Response, err error, retryIf func(*h
 			// certificate is misconfigured, not overloaded, so its circuit
 			// is not told.
 			return verdict{why: ReasonNotRetryable}
+		case strings.Contains(err.Error(), "server response headers exceeded"):
+			// More header bytes than the caller's http.Transport accepts
+			// (MaxResponseHeaderBytes): the same response is refused the
+			// same way, after reading as much again.
+			return verdict{why: ReasonNotRetryable}
 		}
 	}
 	v := verdict{retry: retryIf(resp, err)}

@@ -48,38 +48,57 @@ func hasUpper(s string) bool {
 	return false
 }
 
+// clone returns k with its own copy of its bytes: a key kept in a table
+// must not pin the caller's URL string, query secrets included.
+func (k hostKey) clone() hostKey {
+	return hostKey{scheme: strings.Clone(k.scheme), host: strings.Clone(k.host)}
+}
+
+// DefaultMaxHosts is how many hosts a Breaker or a per-host Budget keeps in
+// memory at once by default. A lane costs a few hundred bytes, so 65,536
+// hosts stay within about 30 MB, while a dispatcher with tens of thousands of
+// active tenants keeps every one that matters.
+const DefaultMaxHosts = 1 << 16
+
+// clockSteps bounds the entries one insertion looks at to find one to
+// evict, so that no request waits on a pass over the whole table.
+const clockSteps = 32
+
 // table is a per-host map whose reads take no lock, for per-host budgets
 // and lanes. A small direct-mapped cache in front of the sync.Map answers
 // the common case (a few hosts, each asked for again and again) with one
 // string hash and one comparison; a miss falls through to the map and
 // caches the entry, which allocates nothing because entries are made once.
 //
-// How entries leave it: when an insertion finds the table at its sweep
-// threshold, it drops every idle entry (one that a fresh entry would
-// replace without loss) and sets the next threshold to twice what is left,
-// at least minSweep. A process that talks to 1,000,000 hosts over a day
-// therefore holds the hosts that are failing or recently used, not every
-// host it has seen, and pays for a sweep in proportion to its inserts.
+// How entries leave it: the table holds at most max entries that could be
+// dropped. An insertion into a full table evicts an idle entry (one that a
+// fresh entry would replace without loss), the least recently used as the
+// CLOCK algorithm approximates it: each get marks its entry used, and the
+// clock hand, moving over at most clockSteps entries, clears marks until it
+// finds an idle entry not used since the hand last passed, or else takes the
+// first idle one it passed. When none of those entries is idle (each holds
+// an open circuit or a request in flight) the table grows past max, and
+// later insertions evict two entries each until it is back within bounds.
 type table[V any] struct {
 	cache [cacheSlots]atomic.Pointer[entry[V]]
 	m     sync.Map // hostKey -> *entry[V]
-	mu    sync.Mutex
-	size  int // entries; guarded by mu
-	next  int // sweep when size reaches next; guarded by mu
 	idle  func(V, time.Time) bool
+	max   int // entries held before eviction; 0 means DefaultMaxHosts
+
+	mu   sync.Mutex
+	ring []*entry[V] // every entry, in the order the clock hand visits them; guarded by mu
+	hand int         // the next entry the hand visits; guarded by mu
 }
 
 // entry is one host's value with its key, so that the cache can check what
 // it holds.
 type entry[V any] struct {
-	k hostKey
-	v V
+	k    hostKey
+	v    V
+	used atomic.Bool // got since the clock hand last passed
 }
 
-const (
-	minSweep   = 1024
-	cacheSlots = 64
-)
+const cacheSlots = 64
 
 // cacheSeed hashes hosts to cache slots; any seed will do.
 var cacheSeed = maphash.MakeSeed()
@@ -88,6 +107,7 @@ var cacheSeed = maphash.MakeSeed()
 func (t *table[V]) get(k hostKey, mk func() V) V {
 	slot := &t.cache[maphash.String(cacheSeed, k.host)%cacheSlots]
 	if e := slot.Load(); e != nil && e.k == k {
+		e.markUsed()
 		return e.v
 	}
 	e, ok := t.m.Load(k)
@@ -95,14 +115,23 @@ func (t *table[V]) get(k hostKey, mk func() V) V {
 		e = t.insert(k, mk)
 	}
 	ent := e.(*entry[V])
+	ent.markUsed()
 	slot.Store(ent)
 	if cur, ok := t.m.Load(k); !ok || cur != e {
-		// A sweep dropped the entry between the load and the store: do not
-		// leave it cached, or the host's later requests would keep using
+		// An eviction dropped the entry between the load and the store: do
+		// not leave it cached, or the host's later requests would keep using
 		// an entry the table no longer holds.
 		slot.CompareAndSwap(ent, nil)
 	}
 	return ent.v
+}
+
+// markUsed marks the entry used; a read first, so that a host asked for
+// again and again does not write its entry's cache line each time.
+func (e *entry[V]) markUsed() {
+	if !e.used.Load() {
+		e.used.Store(true)
+	}
 }
 
 func (t *table[V]) insert(k hostKey, mk func() V) any {
@@ -111,38 +140,70 @@ func (t *table[V]) insert(k hostKey, mk func() V) any {
 	if e, ok := t.m.Load(k); ok {
 		return e
 	}
-	if t.next == 0 {
-		t.next = minSweep
+	max := t.max
+	if max <= 0 {
+		max = DefaultMaxHosts
 	}
-	if t.size >= t.next {
-		t.sweepLocked(time.Now())
+	var now time.Time
+	for range 2 {
+		if len(t.ring) < max || !t.evictLocked(&now) {
+			break
+		}
 	}
-	e := &entry[V]{k: k, v: mk()}
-	t.m.Store(k, e)
-	t.size++
+	e := &entry[V]{k: k.clone(), v: mk()}
+	t.ring = append(t.ring, e)
+	t.m.Store(e.k, e)
 	return e
 }
 
-// sweepLocked drops idle entries, and empties the cache so that it cannot
-// hand out a dropped entry. A request that still holds a dropped entry
-// finishes with it; what it records there is lost, which is harmless
-// because the entry was idle (and a lane with a request sleeping on it is
-// never idle).
-//
-// The map is swept before the cache is emptied. A concurrent get that
-// caches an entry before the cache is emptied loses it then; one that
-// caches it after finds the entry already gone from the map when it checks
-// again, and takes it out of the cache itself.
-func (t *table[V]) sweepLocked(now time.Time) {
-	t.m.Range(func(k, e any) bool {
-		if t.idle(e.(*entry[V]).v, now) {
-			t.m.Delete(k)
-			t.size--
+// evictLocked moves the clock hand over at most clockSteps entries and
+// drops the first idle one it finds that was not used since the hand last
+// passed, or else the first idle one it passed. It reports whether it
+// dropped one. now is read once, when first needed.
+func (t *table[V]) evictLocked(now *time.Time) bool {
+	fallback := -1
+	for range min(clockSteps, len(t.ring)) {
+		if t.hand >= len(t.ring) {
+			t.hand = 0
 		}
-		return true
-	})
-	for i := range t.cache {
-		t.cache[i].Store(nil)
+		e := t.ring[t.hand]
+		used := e.used.Swap(false)
+		if !used || fallback < 0 {
+			if now.IsZero() {
+				*now = time.Now()
+			}
+			if t.idle(e.v, *now) {
+				if !used {
+					t.dropLocked(t.hand)
+					return true
+				}
+				fallback = t.hand
+			}
+		}
+		t.hand++
 	}
-	t.next = max(2*t.size, minSweep)
+	if fallback < 0 {
+		return false
+	}
+	t.dropLocked(fallback)
+	return true
+}
+
+// dropLocked removes the entry at ring index i: from the map first, then
+// the cache, so that a get racing with this either finds it gone from the
+// map or has its cached copy cleared (see get).
+func (t *table[V]) dropLocked(i int) {
+	e := t.ring[i]
+	t.m.Delete(e.k)
+	last := len(t.ring) - 1
+	t.ring[i], t.ring[last] = t.ring[last], nil
+	t.ring = t.ring[:last]
+	t.cache[maphash.String(cacheSeed, e.k.host)%cacheSlots].CompareAndSwap(e, nil)
+}
+
+// len returns how many entries the table holds.
+func (t *table[V]) len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.ring)
 }

@@ -3,10 +3,13 @@ package retryhttp
 import (
 	"fmt"
 	"net/url"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -29,15 +32,15 @@ func TestKeyOf(t *testing.T) {
 	require.NotEqual(t, keyOf(ua), keyOf(uc), "so is a port other than the default")
 }
 
-// TestTableSweepRacingGet holds a sweep in the middle of its pass, at the
-// entry of one host, while a get for that host caches the entry the sweep
-// is about to drop. After the sweep the host must be served by the entry
+// TestTableEvictionRacingGet holds an eviction in the middle of its pass,
+// at the entry of one host, while a get for that host caches the entry the
+// eviction is about to drop. Afterwards the host must be served by the entry
 // the map holds, not by the dropped one: two entries for one host would
 // split a circuit's state or double a per-host budget.
-func TestTableSweepRacingGet(t *testing.T) {
+func TestTableEvictionRacingGet(t *testing.T) {
 	target := hostKey{scheme: "http", host: "target.test"}
 	var (
-		tb      table[*int]
+		tb      = table[*int]{max: 4}
 		made    atomic.Int64
 		paused  = make(chan struct{})
 		resume  = make(chan struct{})
@@ -52,27 +55,49 @@ func TestTableSweepRacingGet(t *testing.T) {
 		}
 		return true
 	}
-	// Fill the table to its sweep threshold; the next insertion sweeps.
-	for i := 1; i < minSweep; i++ {
+	// Fill the table; the next insertion evicts, target first.
+	for i := 1; i < tb.max; i++ {
 		tb.get(hostKey{scheme: "http", host: fmt.Sprintf("h%d.test", i)}, mk)
 	}
-	swept := make(chan struct{})
+	evicted := make(chan struct{})
 	go func() {
-		defer close(swept)
+		defer close(evicted)
 		tb.get(hostKey{scheme: "http", host: "trigger.test"}, mk)
 	}()
 	<-paused
-	// The sweep holds target's entry: it is still in the map, so this get
+	// The eviction holds target's entry: it is still in the map, so this get
 	// caches it.
 	require.Same(t, first, tb.get(target, mk))
 	close(resume)
-	<-swept
+	<-evicted
 
 	got := tb.get(target, mk)
 	e, ok := tb.m.Load(target)
-	require.True(t, ok, "the host has an entry in the map after the sweep")
+	require.True(t, ok, "the host has an entry in the map after the eviction")
 	require.Same(t, e.(*entry[*int]).v, got, "the host is served by the map's entry, not a dropped one")
 	require.NotSame(t, first, got, "the dropped entry is not handed out")
+}
+
+// Keys own their bytes, and an eviction looks at a bounded number of
+// entries however large the table: no request waits on a pass over it.
+func TestTableBounded(t *testing.T) {
+	tb := table[*int]{max: 1000}
+	calls, most := 0, 0
+	tb.idle = func(*int, time.Time) bool { calls++; return calls%50 == 0 } // rarely idle
+	for i := range 20_000 {
+		calls = 0
+		tb.get(hostKey{scheme: "http", host: fmt.Sprintf("h%d.test", i)}, func() *int { return new(int) })
+		most = max(most, calls)
+	}
+	assert.LessOrEqual(t, most, 2*clockSteps, "idle checks in one insertion")
+
+	raw := "http://owned.test/?secret=" + strings.Repeat("s", 4096)
+	k := keyOf(mustParse(t, raw))
+	tb.get(k, func() *int { return new(int) })
+	e, ok := tb.m.Load(k)
+	require.True(t, ok)
+	kept := e.(*entry[*int]).k.host
+	assert.NotSame(t, unsafe.StringData(k.host), unsafe.StringData(kept), "the kept key shares the URL's bytes")
 }
 
 // mustParse parses a URL the test wrote.

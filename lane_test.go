@@ -111,11 +111,7 @@ func TestLaneMemory(t *testing.T) {
 }
 
 // bkLanes returns how many lanes a breaker's table holds.
-func bkLanes(b *Breaker) int {
-	b.lanes.mu.Lock()
-	defer b.lanes.mu.Unlock()
-	return b.lanes.size
-}
+func bkLanes(b *Breaker) int { return b.lanes.len() }
 
 // TestLaneSweep checks how lanes leave a breaker's table: idle lanes are
 // swept as new hosts arrive, lanes that hold something are kept.
@@ -124,32 +120,34 @@ func TestLaneSweep(t *testing.T) {
 
 	t.Run("idle lanes of healthy hosts leave", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b := NewBreaker(BreakerConfig{})
+			b := NewBreaker(BreakerConfig{MaxHosts: smallTable})
 			tr := bkTransport(statusFake(http.StatusOK), b)
 			largest := 0
-			for i := range 10 * minSweep {
+			for i := range 10 * smallTable {
 				status, err := bkDo(t.Context(), tr, hostURL(i))
 				require.NoError(t, err)
 				require.Equal(t, http.StatusOK, status)
 				largest = max(largest, bkLanes(b))
 			}
-			assert.LessOrEqual(t, largest, minSweep, "most lanes held over %d healthy hosts", 10*minSweep)
+			assert.Equal(t, smallTable, largest, "most lanes held over %d healthy hosts", 10*smallTable)
 		})
 	})
 
 	t.Run("an open circuit's lane survives a sweep", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b := NewBreaker(bkConfig())
+			c := bkConfig()
+			c.MaxHosts = smallTable
+			b := NewBreaker(c)
 			const dead = "http://dead.test/"
 			l := bkLane(b, dead)
 			bkTrip(t, l)
 			fake := statusFake(http.StatusOK)
 			tr := bkTransport(fake, b)
-			for i := range 3 * minSweep {
+			for i := range 3 * smallTable {
 				_, err := bkDo(t.Context(), tr, hostURL(i))
 				require.NoError(t, err)
 			}
-			require.Less(t, bkLanes(b), 3*minSweep, "lanes held: the healthy ones were swept")
+			require.Equal(t, smallTable, bkLanes(b), "lanes held: the healthy ones were evicted")
 			assert.Same(t, l, bkLane(b, dead), "the open circuit's lane after sweeps")
 			assert.Equal(t, StateOpen, bkState(l), "its state")
 			_, err := bkDo(t.Context(), tr, dead)
@@ -165,7 +163,7 @@ func TestLaneSweep(t *testing.T) {
 	// previous delay is kept; an hour later 4,000 healthy hosts arrive.
 	t.Run("a lane whose failure period is long over leaves", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			b := NewBreaker(BreakerConfig{})
+			b := NewBreaker(BreakerConfig{MaxHosts: smallTable})
 			fake := newBreakerFake(func(req *http.Request) (int, error) {
 				if req.URL.Path == "/down" {
 					return http.StatusServiceUnavailable, nil
@@ -189,8 +187,8 @@ func TestLaneSweep(t *testing.T) {
 				require.NoError(t, err)
 			}
 			got := bkLanes(b)
-			assert.LessOrEqual(t, got, 2*minSweep,
-				"lanes held an hour after %d hosts failed once, then %d healthy hosts: got %d, want the stale ones swept (breaker.go: lane.idle ignores the time and treats any failure period as under way)",
+			assert.Equal(t, smallTable, got,
+				"lanes held an hour after %d hosts failed once, then %d healthy hosts: got %d, want the stale ones evicted",
 				failed, 2*failed, got)
 		})
 	})
@@ -203,15 +201,17 @@ func TestLaneSweep(t *testing.T) {
 func TestLaneKeptWhileSleeping(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		next := statusFake(http.StatusServiceUnavailable)
-		b := NewBreaker(bkConfig())
+		c := bkConfig()
+		c.MaxHosts = smallTable
+		b := NewBreaker(c)
 		tr := bkTransport(next, b, WithPolicy(Exponential{Base: time.Minute}))
 		start := time.Now()
 		got := bkGo(t.Context(), tr, "http://victim.test/")
 		synctest.Wait() // asleep after its first attempt
-		// Long after the failure period went stale, more hosts than a
-		// sweep threshold pass through the breaker.
+		// Long after the failure period went stale, more hosts than the
+		// table holds pass through the breaker.
 		time.Sleep(10 * bkConfig().Span)
-		for i := range 3 * minSweep {
+		for i := range 3 * smallTable {
 			bkFeed(bkLane(b, fmt.Sprintf("http://h%d.test/", i)), outcomeSuccess)
 		}
 		bkTrip(t, bkLane(b, "http://victim.test/"))

@@ -100,10 +100,19 @@ func WithBodyBuffer(maxBytes int64) Option {
 // satisfies errors.Is(err, context.DeadlineExceeded). Reading the body of a
 // response that arrived in time is not cut off: the attempt's context lives
 // until the body is closed. d <= 0 turns it off (the default); the request's
-// own context still bounds everything.
+// own context still bounds everything. A d below one millisecond is raised
+// to one: a shorter timeout falls within the scheduler's own jitter, so
+// whether an attempt made it would depend on the machine's load, not on the
+// host, and every attempt could fail the same way.
 func WithAttemptTimeout(d time.Duration) Option {
+	if d > 0 {
+		d = max(d, minAttemptTimeout)
+	}
 	return func(t *Transport) { t.s.attemptTimeout = d }
 }
+
+// minAttemptTimeout is the shortest attempt timeout WithAttemptTimeout sets.
+const minAttemptTimeout = time.Millisecond
 
 // DefaultRetryIf is the default test of WithRetryIf. It retries transport
 // errors and the statuses 408, 429, 500, 502, 503 and 504, unless the server

@@ -90,12 +90,25 @@ func parseServerWait(h http.Header, now time.Time, maxWait time.Duration) server
 	}
 	if v := h.Get("Retry-After"); !w.ok && v != "" {
 		w.seen = true
-		w.d, w.ok = parseRetryAfter(v, now)
+		w.d, w.ok = parseRetryAfter(v, serverNow(h, now))
 	}
 	if w.ok && w.d > maxWait {
 		w.d, w.clamped = maxWait, true
 	}
 	return w
+}
+
+// serverNow returns the response's Date when it has a valid one, else now.
+// A Retry-After date is the server's clock; measured from the server's own
+// Date, the wait does not depend on how far the two clocks disagree, as
+// HTTP caches correct for skew with Date (RFC 9111 §4.2.3).
+func serverNow(h http.Header, now time.Time) time.Time {
+	if v := h.Get("Date"); v != "" {
+		if d, err := http.ParseTime(v); err == nil {
+			return d
+		}
+	}
+	return now
 }
 
 // withSpread returns the wait plus a spread drawn from [0, spread), so that

@@ -107,13 +107,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.breaker != nil || r.s.stateful {
 		r.lane = t.lanes.lane(r.key)
 	}
-	areq := r.replayable() // what the first attempt sends
+	defer r.unwind()
+	r.queued = r.replayable() // what the first attempt sends
 
 	if r.s.firstJitter > 0 {
 		// Spread a bulk sender's first attempts; cancellable like any sleep.
 		if err := r.sleep(ctx, uniform(0, r.s.firstJitter)); err != nil {
-			closeRequestBody(areq)
-			return r.finish(nil, nil, ReasonContextDone, err)
+			return r.finish(nil, nil, r.sleepReason(err), err)
 		}
 	}
 
@@ -121,36 +121,55 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for {
 		if aerr := r.admit(); aerr != nil {
 			// The host's circuit is open: fail fast, off the network.
-			closeRequestBody(areq)
 			return r.finish(nil, err, ReasonCircuitOpen, aerr)
 		}
 		var resp *http.Response
-		resp, err = r.attempt(areq)
+		resp, err = r.attempt()
 		v := classify(req, resp, err, r.s.retryIf)
 		wait := r.record(v, resp)
 		if v.success() {
 			return r.finish(resp, nil, ReasonNone, nil)
 		}
-		var wake time.Time
-		var reason Reason
-		areq, wake, reason = r.decide(v, wait)
+		wake, reason := r.decide(v, wait)
 		if reason != ReasonNone {
 			// Decide before draining: the last response goes back untouched.
 			return r.finish(resp, err, reason, nil)
 		}
 		if resp != nil {
 			drain(resp.Body, r.drainTime())
+			r.resp = nil
 		}
 		if serr := r.sleep(ctx, time.Until(wake)); serr != nil {
-			closeRequestBody(areq)
-			reason := ReasonContextDone
-			if errors.Is(serr, ErrCircuitOpen) {
-				reason = ReasonCircuitOpen
-				t.stats.circuitRejected.Add(1)
-			}
-			return r.finish(nil, err, reason, serr)
+			return r.finish(nil, err, r.sleepReason(serr), serr)
 		}
 	}
+}
+
+// sleepReason names why a sleep ended early: the host's circuit opened
+// (counted as a refusal), or the context ended.
+func (r *retrier) sleepReason(err error) Reason {
+	if errors.Is(err, ErrCircuitOpen) {
+		r.t.stats.circuitRejected.Add(1)
+		return ReasonCircuitOpen
+	}
+	return ReasonContextDone
+}
+
+// unwind runs when RoundTrip ends. After a return it finds nothing to do;
+// after a panic (in a hook, a Policy, WithRetryIf, WithIdempotentIf or the
+// next RoundTripper) it releases what the request holds, as if the request
+// had ended: the circuit's admission (a half-open probe's place), the
+// latest response, the next attempt's body. The panic goes on to the
+// caller.
+func (r *retrier) unwind() {
+	if r.admitted {
+		r.admitted = false
+		r.lane.record(r.ticket, outcomeNone)
+	}
+	if r.resp != nil {
+		r.resp.Body.Close()
+	}
+	closeRequestBody(r.queued)
 }
 
 // retrier holds the state of one call to RoundTrip. It lives on the stack.
@@ -166,6 +185,13 @@ type retrier struct {
 	key      hostKey
 	lane     *lane  // the host's circuit and memory; nil when neither is needed
 	ticket   ticket // the latest attempt's admission by the circuit
+	// What the request holds and must release however it ends (see
+	// unwind): resp, the latest response, until it is drained or handed
+	// back; queued, the next attempt's request, until it is sent or its
+	// body closed; admitted, the ticket, until its outcome is recorded.
+	resp     *http.Response
+	queued   *http.Request
+	admitted bool
 	// tracked: the bodies come from a GetBody that may hand out one shared
 	// reader again and again, so each attempt's body is a sentBody,
 	// released before the next attempt takes its own.
@@ -182,7 +208,8 @@ type retrier struct {
 // follows: a rising rate is the early sign that a tenant is rate-limiting
 // the caller. It returns the wait the response asks for.
 func (r *retrier) record(v verdict, resp *http.Response) serverWait {
-	if r.lane != nil {
+	if r.admitted {
+		r.admitted = false
 		r.report(r.lane.record(r.ticket, v.host))
 	}
 	var w serverWait
@@ -202,55 +229,56 @@ func (r *retrier) record(v verdict, resp *http.Response) serverWait {
 // read in the order they apply: is the outcome retryable; are attempts
 // left; may the request be sent again; is the host's circuit still
 // closed; does the context's deadline leave room for the delay; is the next
-// body ready; does the budget hold a token. On a retry it returns the next
-// attempt's request and when to send it; otherwise why not, with nothing
-// drained, so that the last response can go back untouched.
-func (r *retrier) decide(v verdict, wait serverWait) (*http.Request, time.Time, Reason) {
+// body ready; does the budget hold a token. On a retry it returns when to
+// send the next attempt, whose request it leaves in r.queued; otherwise why
+// not, with nothing drained, so that the last response can go back
+// untouched.
+func (r *retrier) decide(v verdict, wait serverWait) (time.Time, Reason) {
 	t, s, ctx := r.t, r.s, r.req.Context()
 	switch {
 	case !v.retry:
-		return nil, time.Time{}, v.why
+		return time.Time{}, v.why
 	case ctx.Err() != nil:
-		return nil, time.Time{}, ReasonContextDone
+		return time.Time{}, ReasonContextDone
 	case r.attempts >= s.maxAttempts:
-		return nil, time.Time{}, ReasonAttemptsUsed
+		return time.Time{}, ReasonAttemptsUsed
 	case !r.idempotent && v.reach != notReached:
 		// Sending it again could apply it twice; only a request that never
 		// reached the server may go again whatever its method.
-		return nil, time.Time{}, ReasonNotIdempotent
+		return time.Time{}, ReasonNotIdempotent
 	case r.unreplayable:
-		return nil, time.Time{}, ReasonBodyNotReplayable
+		return time.Time{}, ReasonBodyNotReplayable
 	case r.lane != nil && r.lane.isOpen():
 		// Open now, by this failure or by others while this attempt was in
 		// flight: no retry would be let through, so none is scheduled and
 		// no token spent.
-		return nil, time.Time{}, ReasonCircuitOpen
+		return time.Time{}, ReasonCircuitOpen
 	}
 	now := time.Now()
 	d := wait.withSpread(s.retryAfterSpread)
 	if !wait.ok {
-		d = s.policy.Delay(r.attempts, r.getPrev())
+		// A Policy must not return a negative delay; one that does waits
+		// nothing, rather than a negative time in Stats.
+		d = max(s.policy.Delay(r.attempts, r.getPrev()), 0)
 	}
 	if dl, ok := ctx.Deadline(); ok && !now.Add(d).Before(dl) {
 		// Sleeping would outlive the caller's deadline: return now.
-		return nil, time.Time{}, ReasonDeadline
+		return time.Time{}, ReasonDeadline
 	}
-	areq, reason := r.nextRequest()
-	if reason != ReasonNone {
-		return nil, time.Time{}, reason
+	if reason := r.nextRequest(); reason != ReasonNone {
+		return time.Time{}, reason
 	}
 	if t.budget != nil && !t.budget.withdraw(r.key) {
 		// Last, so that a retry that is not made costs no token; and before
 		// the sleep, which would wait for an attempt that will not be made.
 		t.stats.budgetDenied.Add(1)
-		closeRequestBody(areq)
-		return nil, time.Time{}, ReasonBudgetExhausted
+		return time.Time{}, ReasonBudgetExhausted
 	}
 	// Only a delay that will be waited becomes the host's previous delay.
 	r.setPrev(d)
 	t.stats.recordDelay(r.attempts, d)
 	fire(r.hooks, (*Hooks).retryScheduled, RetryInfo{Request: r.req, Retry: r.attempts, Delay: d, RetryAfter: wait.ok, Clamped: wait.clamped})
-	return areq, now.Add(d), ReasonNone
+	return now.Add(d), ReasonNone
 }
 
 // drainTime bounds the drain of a failed response: drainTimeout, and never
@@ -274,10 +302,16 @@ func (r *retrier) finish(resp *http.Response, attemptErr error, reason Reason, c
 	if r.attempts == 0 {
 		r.t.stats.notSent.Add(1)
 	}
+	if r.queued != nil {
+		// An attempt that will not be sent.
+		closeRequestBody(r.queued)
+		r.queued = nil
+	}
 	if resp != nil {
 		resp.Request = r.req
 	}
 	if reason == ReasonNone {
+		r.resp = nil
 		return resp, nil
 	}
 	r.t.stats.giveUps[reason].Add(1)
@@ -290,6 +324,7 @@ func (r *retrier) finish(resp *http.Response, attemptErr error, reason Reason, c
 		info.Err = err
 	}
 	fire(r.hooks, (*Hooks).giveUp, info)
+	r.resp = nil // handed back
 	return resp, err
 }
 
@@ -328,7 +363,7 @@ func (r *retrier) admit() error {
 		return nil
 	}
 	tk, tr, err := r.lane.allow()
-	r.ticket = tk
+	r.ticket, r.admitted = tk, err == nil
 	r.report(tr)
 	if err != nil {
 		r.t.stats.circuitRejected.Add(1)
@@ -384,6 +419,11 @@ func sleep(ctx context.Context, d time.Duration, opened <-chan struct{}) error {
 	default:
 	}
 	if d <= 0 {
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			// The deadline is now: its timer may not have fired yet, but an
+			// attempt sent at it could not finish.
+			return context.DeadlineExceeded
+		}
 		return ctx.Err()
 	}
 	timer := time.NewTimer(d)

@@ -1,0 +1,450 @@
+package retryhttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// errInjected is what an injected panic carries.
+var errInjected = errors.New("injected panic")
+
+// bkHeld returns what a lane holds for requests: probes in flight and
+// sleepers.
+func bkHeld(l *lane) (probes, sleepers int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.probes, l.sleepers
+}
+
+// A panic anywhere between a probe's admission and the recording of its
+// outcome reaches the caller, and leaves nothing behind: once the host
+// recovers, its circuit admits requests again; every response is closed.
+func TestFaultsPanicLeavesNothing(t *testing.T) {
+	type inject struct {
+		hooks     func(boom func()) *Hooks
+		opts      func(boom func()) []Option
+		next bool // next itself panics
+		// closed: the panic comes after the outcome is recorded, when a
+		// retry is decided, so it is injected into a failing request while
+		// the circuit is closed rather than into a probe.
+		closed bool
+	}
+	cases := map[string]inject{
+		"CircuitChange to half-open": {hooks: func(boom func()) *Hooks {
+			return &Hooks{CircuitChange: func(i CircuitChangeInfo) {
+				if i.To == StateHalfOpen {
+					boom()
+				}
+			}}
+		}},
+		"AttemptStart":   {hooks: func(boom func()) *Hooks { return &Hooks{AttemptStart: func(AttemptStartInfo) { boom() }} }},
+		"next":           {next: true},
+		"AttemptDone":    {hooks: func(boom func()) *Hooks { return &Hooks{AttemptDone: func(AttemptDoneInfo) { boom() }} }},
+		"WithRetryIf":    {opts: func(boom func()) []Option { return []Option{WithRetryIf(func(r *http.Response, err error) bool { boom(); return DefaultRetryIf(r, err) })} }},
+		"WithIdempotentIf": {opts: func(boom func()) []Option {
+			return []Option{WithIdempotentIf(func(*http.Request) bool { boom(); return true })}
+		}},
+		"Policy": {closed: true, opts: func(boom func()) []Option {
+			return []Option{WithPolicy(policyFunc(func(int, time.Duration) time.Duration { boom(); return 0 }))}
+		}},
+		"RetryScheduled": {closed: true, hooks: func(boom func()) *Hooks { return &Hooks{RetryScheduled: func(RetryInfo) { boom() }} }},
+		"GiveUp":         {closed: true, hooks: func(boom func()) *Hooks { return &Hooks{GiveUp: func(GiveUpInfo) { boom() }} }},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var armed, down atomic.Bool
+				boom := func() {
+					if armed.Load() {
+						armed.Store(false)
+						panic(errInjected)
+					}
+				}
+				down.Store(true)
+				next := &faultNext{down: &down}
+				if c.next {
+					next.boom = boom
+				}
+				b := NewBreaker(bkConfig())
+				opts := []Option{WithBudget(nil), WithBreaker(b), WithMaxAttempts(2)}
+				if c.opts != nil {
+					opts = append(opts, c.opts(boom)...)
+				}
+				if c.hooks != nil {
+					opts = append(opts, WithHooks(c.hooks(boom)))
+				}
+				tr := New(next, opts...)
+				get := func() (*http.Response, error) { return tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil)) }
+
+				l := bkLane(b, testURL)
+				if !c.closed {
+					// Trip the circuit, then wait past its open time: the
+					// next request is the probe.
+					for i := 0; bkState(l) != StateOpen; i++ {
+						require.Less(t, i, 20, "the circuit never opened")
+						if resp, err := get(); err == nil {
+							readBody(t, resp)
+						}
+						time.Sleep(500 * time.Millisecond)
+					}
+					time.Sleep(bkConfig().OpenFor)
+					down.Store(false)
+				}
+				armed.Store(true)
+				require.PanicsWithValue(t, errInjected, func() { _, _ = get() }, "the panic reaches the caller")
+				require.False(t, armed.Load(), "the injected panic did not fire")
+				probes, sleepers := bkHeld(l)
+				assert.Zero(t, probes, "probes left in flight")
+				assert.Zero(t, sleepers, "sleepers left")
+				for i, body := range next.bodies() {
+					assert.Positive(t, body.closed.Load(), "response %d left open", i+1)
+				}
+
+				// The host recovers: within one more open period the circuit
+				// admits requests and closes.
+				down.Store(false)
+				time.Sleep(2 * bkConfig().OpenFor)
+				before := next.calls.Load()
+				resp, err := get()
+				require.NoError(t, err, "the recovered host's circuit refuses requests")
+				readBody(t, resp)
+				assert.Equal(t, before+1, next.calls.Load())
+				assert.Equal(t, StateClosed, bkState(l))
+			})
+		})
+	}
+}
+
+// faultNext answers 503 while down is set and 200 otherwise, with bodies
+// that record their closing; boom, if set, runs as each attempt arrives.
+type faultNext struct {
+	down  *atomic.Bool
+	boom  func()
+	calls atomic.Int64
+
+	mu   sync.Mutex
+	made []*countingBody // guarded by mu
+}
+
+func (n *faultNext) RoundTrip(req *http.Request) (*http.Response, error) {
+	n.calls.Add(1)
+	if n.boom != nil {
+		n.boom()
+	}
+	status := http.StatusOK
+	if n.down.Load() {
+		status = http.StatusServiceUnavailable
+	}
+	body := newCountingBody("body")
+	n.mu.Lock()
+	n.made = append(n.made, body)
+	n.mu.Unlock()
+	return newResponse(req, status, body), nil
+}
+
+func (n *faultNext) bodies() []*countingBody {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]*countingBody(nil), n.made...)
+}
+
+// policyFunc is a Policy made of a function.
+type policyFunc func(n int, prev time.Duration) time.Duration
+
+func (f policyFunc) Delay(n int, prev time.Duration) time.Duration { return f(n, prev) }
+
+// A response whose attempt timed out is a timed-out attempt, never a
+// success: its context is cancelled, so its body could not be read.
+func TestFaultsAttemptTimeoutNeverDeadResponse(t *testing.T) {
+	const timeout = 10 * time.Millisecond
+	for _, late := range []time.Duration{0, time.Millisecond} {
+		t.Run(fmt.Sprintf("answer %v after the timeout", late), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				next := newNext(reply{status: 200, newBody: func(req *http.Request) io.ReadCloser {
+					return ctxBody{req.Context()}
+				}, before: func(*http.Request) { time.Sleep(timeout + late) }})
+				tr := newT(next, WithAttemptTimeout(timeout), WithPolicy(Immediate{}), WithMaxAttempts(1))
+				var ok, timedOut int
+				for range 1000 {
+					resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+					if err != nil {
+						require.ErrorIs(t, err, context.DeadlineExceeded)
+						timedOut++
+						continue
+					}
+					_, err = io.ReadAll(resp.Body)
+					require.NoError(t, err, "a response handed back whose body cannot be read")
+					resp.Body.Close()
+					ok++
+				}
+				t.Logf("%d read, %d timed out", ok, timedOut)
+				if late > 0 {
+					assert.Equal(t, 1000, timedOut, "every attempt answered after its timeout timed out")
+				}
+			})
+		})
+	}
+}
+
+// ctxBody is a response body that reads as long as its context lives.
+type ctxBody struct{ ctx context.Context }
+
+func (b ctxBody) Read([]byte) (int, error) {
+	if err := b.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return 0, io.EOF
+}
+func (ctxBody) Close() error { return nil }
+
+// 100,000 hosts that trip and are never called again, each named by a URL
+// with a 4 KiB query, then other traffic: the breaker keeps at most its cap,
+// and no host's URL.
+func TestFaultsAbandonedHostsBounded(t *testing.T) {
+	const (
+		abandoned = 100_000
+		cap       = 10_000
+	)
+	synctest.Test(t, func(t *testing.T) {
+		query := "?secret=" + strings.Repeat("s", 4096)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		b := NewBreaker(BreakerConfig{Span: time.Millisecond, MinFailures: 1, OpenFor: time.Second, OpenJitter: -1, MaxHosts: cap})
+		tr := New(statusNext(503), WithBudget(nil), WithBreaker(b), WithMaxAttempts(2), WithPolicy(Exponential{Base: time.Millisecond}))
+		for i := range abandoned {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, fmt.Sprintf("http://h%d.test/%s", i, query), nil)
+			require.NoError(t, err)
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			resp.Body.Close()
+		}
+		time.Sleep(24 * time.Hour)
+		ok := New(statusNext(200), WithBudget(nil), WithBreaker(b))
+		for i := range cap {
+			sendGET(t, ok, fmt.Sprintf("http://other%d.test/", i))
+		}
+		assert.LessOrEqual(t, b.lanes.len(), cap, "lanes held")
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		perHost := (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / abandoned
+		t.Logf("heap per abandoned host: %.0f B (%d lanes held)", perHost, b.lanes.len())
+		assert.Less(t, perHost, 200.0, "heap per abandoned host")
+		runtime.KeepAlive(tr)
+	})
+}
+
+// statusNext answers every attempt with its status and keeps nothing.
+type statusNext int
+
+func (n statusNext) RoundTrip(req *http.Request) (*http.Response, error) {
+	return newResponse(req, int(n), http.NoBody), nil
+}
+
+// With two probes, the first success closes the circuit; the second probe,
+// still in flight, holds no place afterwards, so the lane can leave memory.
+func TestFaultsSecondProbeFreed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := bkConfig()
+		c.Probes = 2
+		b := NewBreaker(c)
+		l := bkLane(b, testURL)
+		bkTrip(t, l)
+		time.Sleep(c.OpenFor)
+		first, _, err := l.allow()
+		require.NoError(t, err)
+		second, _, err := l.allow()
+		require.NoError(t, err)
+		require.True(t, first.probe && second.probe)
+		l.record(first, outcomeSuccess)
+		require.Equal(t, StateClosed, bkState(l))
+		l.record(second, outcomeSuccess) // from the half-open period: ignored
+		probes, _ := bkHeld(l)
+		assert.Zero(t, probes, "probe places held after closing")
+		assert.True(t, l.idle(time.Now()), "a closed lane with nothing in flight is idle")
+	})
+}
+
+// Configuration that cannot mean anything is refused where it is made;
+// values that are merely out of reach are normalised.
+func TestFaultsConfiguration(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		make func()
+	}{
+		{"Ratio NaN", func() { NewBudget(BudgetConfig{Ratio: math.NaN()}) }},
+		{"MaxTokens NaN", func() { NewBudget(BudgetConfig{MaxTokens: math.NaN()}) }},
+		{"MinPerSecond +Inf", func() { NewBudget(BudgetConfig{MinPerSecond: math.Inf(1)}) }},
+		{"FailureRatio NaN", func() { NewBreaker(BreakerConfig{FailureRatio: math.NaN()}) }},
+		{"FailureRatio above 1", func() { NewBreaker(BreakerConfig{FailureRatio: 1.5}) }},
+	} {
+		t.Run(c.name, func(t *testing.T) { assert.Panics(t, c.make) })
+	}
+
+	t.Run("a negative delay from a Policy waits nothing", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			next := newNext(reply{status: 503}, reply{status: 200})
+			tr := newT(next, WithPolicy(policyFunc(func(int, time.Duration) time.Duration { return -time.Hour })))
+			sendGET(t, tr, testURL)
+			d := tr.Stats().Delays[0]
+			assert.Equal(t, uint64(1), d.Count)
+			assert.Zero(t, d.Sum, "recorded delay")
+			assert.Equal(t, uint64(1), d.Counts[0], "in the first bucket")
+		})
+	})
+
+	t.Run("an attempt timeout below 1 ms is raised to 1 ms", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			next := newNext(reply{status: 200, before: func(*http.Request) { time.Sleep(100 * time.Microsecond) }})
+			tr := newT(next, WithAttemptTimeout(time.Nanosecond))
+			sendGET(t, tr, testURL)
+			assert.Equal(t, 1, next.calls())
+		})
+	})
+
+	t.Run("a first-attempt jitter ended by the circuit opening", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := NewBreaker(bkConfig())
+			tr := New(statusFake(200), WithBudget(nil), WithBreaker(b), WithFirstAttemptJitter(time.Hour))
+			done := make(chan error)
+			go func() {
+				_, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+				done <- err
+			}()
+			synctest.Wait()
+			bkTrip(t, bkLane(b, testURL))
+			err := <-done
+			require.ErrorIs(t, err, ErrCircuitOpen)
+			assert.Equal(t, ReasonCircuitOpen, asError(t, err).Reason)
+			assert.Equal(t, uint64(1), tr.Stats().CircuitRejected)
+		})
+	})
+}
+
+// Response headers larger than the caller's http.Transport accepts: the
+// same response would be refused the same way, so the request is tried once
+// and the host is not blamed.
+func TestFaultsResponseHeadersTooLarge(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Big", strings.Repeat("b", 8<<10))
+	}))
+	defer srv.Close()
+	var attempts atomic.Int64
+	next := &http.Transport{MaxResponseHeaderBytes: 1 << 10}
+	defer next.CloseIdleConnections()
+	tr := New(next, WithHooks(&Hooks{AttemptStart: func(AttemptStartInfo) { attempts.Add(1) }}))
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL, nil)
+	require.NoError(t, err)
+	_, err = tr.RoundTrip(req)
+	require.Error(t, err)
+	assert.Equal(t, ReasonNotRetryable, asError(t, err).Reason)
+	assert.Equal(t, int64(1), attempts.Load())
+}
+
+// A Retry-After date is read against the response's Date, the server's own
+// clock, however far the client's clock is off.
+func TestFaultsRetryAfterClockSkew(t *testing.T) {
+	for _, skew := range []time.Duration{-25 * time.Second, 0, 25 * time.Second} {
+		t.Run(fmt.Sprintf("client clock %v off", -skew), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				serverNow := time.Now().Add(skew).Truncate(time.Second)
+				h := http.Header{
+					"Date":        {serverNow.UTC().Format(http.TimeFormat)},
+					"Retry-After": {serverNow.Add(5 * time.Second).UTC().Format(http.TimeFormat)},
+				}
+				next := newNext(reply{status: 503, header: h}, reply{status: 200})
+				tr := newT(next, WithRetryAfterSpread(0))
+				start := time.Now()
+				sendGET(t, tr, testURL)
+				reqs := next.requests()
+				require.Len(t, reqs, 2)
+				assert.Equal(t, 5*time.Second, reqs[1].at.Sub(start), "retry sent after")
+			})
+		})
+	}
+}
+
+// The stress test: 2,000 goroutines for 10 s (virtual) against 16 hosts
+// that flap between up, failing, resetting and hanging, with attempt
+// timeouts and callers' deadlines. Every request ends; afterwards no lane
+// holds a probe or a sleeper.
+func TestFaultsStress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			workers = 2000
+			hosts   = 16
+			runFor  = 10 * time.Second
+		)
+		start := time.Now()
+		// Each host's mode changes every second: 0 up, 1 503, 2 reset,
+		// 3 hang until the attempt's context ends.
+		mode := func(host string) int {
+			var h int
+			fmt.Sscanf(host, "h%d.test", &h)
+			return (h + int(time.Since(start)/time.Second)*(h+1)) % 4
+		}
+		next := newBreakerFake(func(req *http.Request) (int, error) {
+			time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+			switch mode(req.URL.Host) {
+			case 1:
+				return 503, nil
+			case 2:
+				return 0, errReset()
+			case 3:
+				<-req.Context().Done()
+				return 0, req.Context().Err()
+			}
+			return 200, nil
+		})
+		c := bkConfig()
+		c.Probes = 2
+		b := NewBreaker(c)
+		tr := New(next, WithBreaker(b), WithAttemptTimeout(50*time.Millisecond))
+		var wg sync.WaitGroup
+		var done atomic.Int64
+		for w := range workers {
+			wg.Go(func() {
+				for time.Since(start) < runFor {
+					ctx, cancel := context.WithTimeout(t.Context(), time.Duration(100+rand.IntN(2000))*time.Millisecond)
+					req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://h%d.test/", (w+rand.IntN(2))%hosts), nil)
+					if err != nil {
+						panic(err)
+					}
+					resp, err := tr.RoundTrip(req)
+					if err == nil {
+						resp.Body.Close()
+					}
+					cancel()
+					done.Add(1)
+					// A caller's pause between requests; without it, a
+					// request refused at once by an open circuit would spin
+					// the loop without letting virtual time pass.
+					time.Sleep(time.Duration(50+rand.IntN(100)) * time.Millisecond)
+				}
+			})
+		}
+		wg.Wait()
+		t.Logf("%d requests, %d attempts", done.Load(), next.total.Load())
+		for h := range hosts {
+			probes, sleepers := bkHeld(bkLane(b, fmt.Sprintf("http://h%d.test/", h)))
+			assert.Zero(t, probes, "host %d: probes in flight", h)
+			assert.Zero(t, sleepers, "host %d: sleepers", h)
+		}
+	})
+}
