@@ -209,11 +209,11 @@ type lane struct {
 	prev    atomic.Int64 // previous delay drawn for this host, for DecorrelatedJitter
 
 	mu        sync.Mutex
-	since     time.Time     // first failure of the period; guarded by mu
-	fails     int           // failures in the period; guarded by mu
-	openUntil time.Time     // when an open circuit may half-open; guarded by mu
-	probes    int           // probes in flight while half-open; guarded by mu
-	sleepers  int           // requests sleeping toward the host; guarded by mu
+	since     time.Time // first failure of the period; guarded by mu
+	fails     int       // failures in the period; guarded by mu
+	openUntil time.Time // when an open circuit may half-open; guarded by mu
+	probes    int       // probes in flight while half-open; guarded by mu
+	sleepers  int       // requests sleeping toward the host; guarded by mu
 	// opened is closed when the circuit opens, to wake the requests
 	// sleeping toward the host. It is made when the first of them starts
 	// sleeping, and while the circuit is open it is closedChan. Guarded by

@@ -37,9 +37,9 @@ func bkHeld(l *lane) (probes, sleepers int) {
 // recovers, its circuit admits requests again; every response is closed.
 func TestFaultsPanicLeavesNothing(t *testing.T) {
 	type inject struct {
-		hooks     func(boom func()) *Hooks
-		opts      func(boom func()) []Option
-		next bool // next itself panics
+		hooks func(boom func()) *Hooks
+		opts  func(boom func()) []Option
+		next  bool // next itself panics
 		// closed: the panic comes after the outcome is recorded, when a
 		// retry is decided, so it is injected into a failing request while
 		// the circuit is closed rather than into a probe.
@@ -53,10 +53,12 @@ func TestFaultsPanicLeavesNothing(t *testing.T) {
 				}
 			}}
 		}},
-		"AttemptStart":   {hooks: func(boom func()) *Hooks { return &Hooks{AttemptStart: func(AttemptStartInfo) { boom() }} }},
-		"next":           {next: true},
-		"AttemptDone":    {hooks: func(boom func()) *Hooks { return &Hooks{AttemptDone: func(AttemptDoneInfo) { boom() }} }},
-		"WithRetryIf":    {opts: func(boom func()) []Option { return []Option{WithRetryIf(func(r *http.Response, err error) bool { boom(); return DefaultRetryIf(r, err) })} }},
+		"AttemptStart": {hooks: func(boom func()) *Hooks { return &Hooks{AttemptStart: func(AttemptStartInfo) { boom() }} }},
+		"next":         {next: true},
+		"AttemptDone":  {hooks: func(boom func()) *Hooks { return &Hooks{AttemptDone: func(AttemptDoneInfo) { boom() }} }},
+		"WithRetryIf": {opts: func(boom func()) []Option {
+			return []Option{WithRetryIf(func(r *http.Response, err error) bool { boom(); return DefaultRetryIf(r, err) })}
+		}},
 		"WithIdempotentIf": {opts: func(boom func()) []Option {
 			return []Option{WithIdempotentIf(func(*http.Request) bool { boom(); return true })}
 		}},
