@@ -150,7 +150,7 @@ func stateful(p Policy) bool {
 // NewBreaker(BreakerConfig{}) when this option is not given. Pass the same
 // Breaker to several transports to share it.
 func WithBreaker(b *Breaker) Option {
-	return func(t *Transport) { t.breaker = b }
+	return transportOption("WithBreaker", func(t *Transport) { t.breaker = b })
 }
 
 // lane returns the host's lane, creating it if needed.
@@ -391,6 +391,18 @@ func (l *lane) sleepEnd() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.sleepers--
+}
+
+// probeAt returns when the circuit may next let a probe through: when an
+// open circuit's open time ends, or now.
+func (l *lane) probeAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if state, _ := unpack(l.word.Load()); state == StateOpen && l.openUntil.After(now) {
+		return l.openUntil
+	}
+	return now
 }
 
 // isOpen reports whether the circuit is open now; one atomic load.

@@ -712,12 +712,12 @@ func TestChaosMixedHosts(t *testing.T) {
 					giveUps[u][g.Reason]++
 				},
 				CircuitChange: func(c retryhttp.CircuitChangeInfo) {
-					if c.Host == failSrv.URL && c.To == retryhttp.StateOpen {
+					if c.Key == failSrv.URL && c.To == retryhttp.StateOpen {
 						once.Do(func() { close(failOpened) })
 					}
 					mu.Lock()
 					defer mu.Unlock()
-					circuits[c.Host] = append(circuits[c.Host], c.From.String()+"->"+c.To.String())
+					circuits[c.Key] = append(circuits[c.Key], c.From.String()+"->"+c.To.String())
 				},
 			}
 			next := chaosTransport(t, conc)

@@ -64,6 +64,7 @@ func (r Reason) String() string {
 type Error struct {
 	Method   string // the request's method
 	Host     string // the request's URL host
+	Key      string // the key of the request's circuit: scheme://host[:port], or what WithKey computes
 	Attempts int    // attempts sent to the next RoundTripper; 0 if none was
 	Reason   Reason // why no further attempt was made
 	Err      error  // the cause; never nil

@@ -92,7 +92,7 @@ func slogHooks(logger *slog.Logger) *retryhttp.Hooks {
 				"attempts", i.Attempts, "reason", i.Reason.String(), "status", i.Status, "error", i.Err != nil)...)
 		},
 		CircuitChange: func(i retryhttp.CircuitChangeInfo) {
-			logger.Warn("circuit", "host", i.Host, "from", i.From.String(), "to", i.To.String())
+			logger.Warn("circuit", "host", i.Key, "from", i.From.String(), "to", i.To.String())
 		},
 	}
 }

@@ -70,37 +70,34 @@ type GiveUpInfo struct {
 	Reason   Reason        // why no further attempt was made
 	Status   int           // the status of the response returned; 0 with an error
 	Err      error         // the error returned; nil with a response
+	// Local reports that the response is the transport's own answer for
+	// an open circuit (WithCircuitOpenResponse), not the server's.
+	Local bool
 }
 
 // CircuitChangeInfo describes a change of a host's circuit.
 type CircuitChangeInfo struct {
-	Host     string // scheme://host[:port]
+	Key      string // the circuit's key: scheme://host[:port], or what WithKey computes
 	From, To State
 }
 
 // WithHooks sets hooks called for every request through the transport; nil
 // means none.
 func WithHooks(h *Hooks) Option {
-	return func(t *Transport) { t.hooks = h }
+	return transportOption("WithHooks", func(t *Transport) { t.hooks = h })
 }
-
-type hooksKey struct{}
 
 // ContextWithHooks returns a copy of ctx carrying hooks for the requests made
 // with it, called beside the transport's own.
 func ContextWithHooks(ctx context.Context, h *Hooks) context.Context {
-	return context.WithValue(ctx, hooksKey{}, h)
+	pr := perRequestOf(ctx)
+	pr.hooks = h
+	return context.WithValue(ctx, requestKey{}, pr)
 }
 
 // hookSet is the hooks of one request: the transport's and the request's.
 type hookSet struct {
 	t, r *Hooks
-}
-
-func hooksOf(t *Transport, ctx context.Context) hookSet {
-	h := hookSet{t: t.hooks}
-	h.r, _ = ctx.Value(hooksKey{}).(*Hooks)
-	return h
 }
 
 func (h hookSet) any() bool { return h.t != nil || h.r != nil }

@@ -359,7 +359,7 @@ func TestHooksGiveUpReasons(t *testing.T) {
 			name:  "not_retryable",
 			steps: []hookStep{{err: certErr}},
 			want: GiveUpInfo{Attempts: 1, Reason: ReasonNotRetryable, Err: &Error{
-				Method: http.MethodGet, Host: "host", Attempts: 1, Reason: ReasonNotRetryable, Err: certErr,
+				Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 1, Reason: ReasonNotRetryable, Err: certErr,
 			}},
 		},
 		{
@@ -372,7 +372,7 @@ func TestHooksGiveUpReasons(t *testing.T) {
 				return ctx, cancel
 			},
 			want: GiveUpInfo{Attempts: 1, Reason: ReasonContextDone, Err: &Error{
-				Method: http.MethodGet, Host: "host", Attempts: 1, Reason: ReasonContextDone, Err: context.Canceled,
+				Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 1, Reason: ReasonContextDone, Err: context.Canceled,
 			}},
 			retries: 1,
 			elapsed: time.Second,
@@ -466,7 +466,7 @@ func TestHooksCircuitChange(t *testing.T) {
 		assert.Equal(t, both(
 			AttemptStartInfo{Attempt: 1},
 			AttemptDoneInfo{Attempt: 1, Status: 503},
-			CircuitChangeInfo{Host: host, From: StateClosed, To: StateOpen},
+			CircuitChangeInfo{Key: host, From: StateClosed, To: StateOpen},
 			failed,
 		), log.take(t, req), "t=1s: closed -> open")
 
@@ -475,7 +475,7 @@ func TestHooksCircuitChange(t *testing.T) {
 		require.Nil(t, resp)
 		require.ErrorIs(t, err, ErrCircuitOpen)
 		assert.Equal(t, both(GiveUpInfo{Attempts: 0, Reason: ReasonCircuitOpen, Err: &Error{
-			Method: http.MethodGet, Host: "host", Attempts: 0, Reason: ReasonCircuitOpen, Err: ErrCircuitOpen,
+			Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 0, Reason: ReasonCircuitOpen, Err: ErrCircuitOpen,
 		}}), log.take(t, req), "t=1s: refused")
 		assert.Equal(t, 2, next.count("/"), "the refused request reached the network")
 
@@ -486,10 +486,10 @@ func TestHooksCircuitChange(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, 200, resp.StatusCode)
 		assert.Equal(t, both(
-			CircuitChangeInfo{Host: host, From: StateOpen, To: StateHalfOpen},
+			CircuitChangeInfo{Key: host, From: StateOpen, To: StateHalfOpen},
 			AttemptStartInfo{Attempt: 1},
 			AttemptDoneInfo{Attempt: 1, Status: 200},
-			CircuitChangeInfo{Host: host, From: StateHalfOpen, To: StateClosed},
+			CircuitChangeInfo{Key: host, From: StateHalfOpen, To: StateClosed},
 		), log.take(t, req), "t=3s: open -> half-open -> closed")
 
 		s := tr.Stats()
@@ -538,7 +538,7 @@ func TestHooksCircuitOpenWakesSleeper(t *testing.T) {
 
 		assert.Equal(t, time.Second, elapsedA, "A woke when the circuit opened, not after its 10 s")
 		require.ErrorIs(t, errA, ErrCircuitOpen)
-		wantErr := &Error{Method: http.MethodGet, Host: "host", Attempts: 1, Reason: ReasonCircuitOpen, Err: ErrCircuitOpen}
+		wantErr := &Error{Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 1, Reason: ReasonCircuitOpen, Err: ErrCircuitOpen}
 		assert.Equal(t, []hookEvent{
 			{"request", AttemptStartInfo{Attempt: 1}},
 			{"request", AttemptDoneInfo{Attempt: 1, Status: 503}},
@@ -548,7 +548,7 @@ func TestHooksCircuitOpenWakesSleeper(t *testing.T) {
 		assert.Equal(t, []hookEvent{
 			{"request", AttemptStartInfo{Attempt: 1}},
 			{"request", AttemptDoneInfo{Attempt: 1, Status: 503}},
-			{"request", CircuitChangeInfo{Host: "http://host", From: StateClosed, To: StateOpen}},
+			{"request", CircuitChangeInfo{Key: "http://host", From: StateClosed, To: StateOpen}},
 			{"request", GiveUpInfo{Attempts: 1, Reason: ReasonNotIdempotent, Status: 503}},
 		}, logB.take(t, reqB), "B")
 		s := tr.Stats()
@@ -583,7 +583,7 @@ func TestHooksNoRetryAfterOwnTrip(t *testing.T) {
 			RetryInfo{Retry: 1, Delay: time.Second, RetryAfter: true},
 			AttemptStartInfo{Attempt: 2},
 			AttemptDoneInfo{Attempt: 2, Status: 503},
-			CircuitChangeInfo{Host: "http://host", From: StateClosed, To: StateOpen},
+			CircuitChangeInfo{Key: "http://host", From: StateClosed, To: StateOpen},
 			GiveUpInfo{Attempts: 2, Reason: ReasonCircuitOpen, Status: 503},
 		), log.take(t, req))
 		assert.Zero(t, tr.Stats().Delays[1].Count, "a delay counted for retry 2, which was never made")

@@ -15,11 +15,18 @@ import (
 // host. It is small and comparable, and building it allocates nothing for a
 // URL already in that form.
 type hostKey struct {
-	scheme string
+	scheme string // "" for a key from WithKey, which host holds whole
 	host   string // host[:port], port omitted when it is the scheme's default
 }
 
-func (k hostKey) String() string { return k.scheme + "://" + k.host }
+// String returns the key as hooks, errors and snapshots report it:
+// scheme://host[:port], or a key from WithKey as it is.
+func (k hostKey) String() string {
+	if k.scheme == "" {
+		return k.host
+	}
+	return k.scheme + "://" + k.host
+}
 
 // keyOf returns the hostKey of u.
 func keyOf(u *url.URL) hostKey {

@@ -1,63 +1,96 @@
 package retryhttp
 
 import (
+	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 )
 
-// Option adjusts a Transport in New.
-type Option func(*Transport)
+// Option adjusts a Transport in New, or one request through
+// ContextWithOptions.
+//
+// Every option follows one rule for its argument. Zero (0 or nil) turns
+// off what can be off: retries (WithMaxAttempts(0) sends each request
+// once), the budget, the breaker, hooks, first-attempt jitter, waits asked
+// for by Retry-After, the Retry-After spread, the body buffer and the
+// attempt timeout. For a choice that cannot be off (the policy, the retry
+// and idempotency tests, the key) zero restores the default. A negative
+// number or duration has no meaning, and the option panics, naming itself.
+type Option struct {
+	name string
+	// request sets an option a single request may take too; transport one
+	// that only a Transport takes. Exactly one is set.
+	request   func(*settings)
+	transport func(*Transport)
+}
+
+func requestOption(name string, f func(*settings)) Option {
+	return Option{name: name, request: f}
+}
+
+func transportOption(name string, f func(*Transport)) Option {
+	return Option{name: name, transport: f}
+}
+
+func (o Option) apply(t *Transport) {
+	switch {
+	case o.request != nil:
+		o.request(&t.s)
+	case o.transport != nil:
+		o.transport(t)
+	}
+}
+
+// nonNegative panics, naming the option, if v is negative.
+func nonNegative[N int | int64 | time.Duration](option string, v N) {
+	if v < 0 {
+		panic(fmt.Sprintf("retryhttp: %s(%v): negative", option, v))
+	}
+}
 
 // WithPolicy sets the policy that draws the delay before each retry.
 // nil means the default, FullJitter{} (base 200 ms, cap 30 s).
 func WithPolicy(p Policy) Option {
-	return func(t *Transport) {
+	return requestOption("WithPolicy", func(s *settings) {
 		if p == nil {
 			p = FullJitter{}
 		}
-		t.s.policy = p
-	}
+		s.policy = p
+	})
 }
 
 // WithMaxAttempts sets how many attempts a request may make, the first
-// included: 1 turns retries off. The default is DefaultMaxAttempts (4).
-// It panics if n < 1, which would send nothing.
+// included: 1 or 0 turns retries off. The default is DefaultMaxAttempts (4).
 func WithMaxAttempts(n int) Option {
-	if n < 1 {
-		panic("retryhttp: WithMaxAttempts(" + strconv.Itoa(n) + "): n counts every attempt, the first included, and must be at least 1")
-	}
-	return func(t *Transport) { t.s.maxAttempts = n }
+	nonNegative("WithMaxAttempts", n)
+	return requestOption("WithMaxAttempts", func(s *settings) { s.maxAttempts = max(n, 1) })
 }
 
 // WithFirstAttemptJitter delays each request's first attempt by a duration
 // drawn from [0, max), so that a bulk sender's burst (10,000 deliveries from
 // one batch) does not arrive at one instant. The wait ends early, with the
-// context's error, if the request's context ends. max <= 0 turns it off (the
+// context's error, if the request's context ends. 0 turns it off (the
 // default).
 func WithFirstAttemptJitter(max time.Duration) Option {
-	return func(t *Transport) { t.s.firstJitter = max }
+	nonNegative("WithFirstAttemptJitter", max)
+	return requestOption("WithFirstAttemptJitter", func(s *settings) { s.firstJitter = max })
 }
 
 // WithMaxRetryAfter clamps the wait a server's Retry-After header may ask
 // for; the default is DefaultMaxRetryAfter (30 s). 0 means a Retry-After
-// never delays a retry beyond the spread. It panics if d < 0.
+// never delays a retry beyond the spread.
 func WithMaxRetryAfter(d time.Duration) Option {
-	if d < 0 {
-		panic("retryhttp: WithMaxRetryAfter(" + d.String() + "): negative duration")
-	}
-	return func(t *Transport) { t.s.maxRetryAfter = d }
+	nonNegative("WithMaxRetryAfter", d)
+	return requestOption("WithMaxRetryAfter", func(s *settings) { s.maxRetryAfter = d })
 }
 
 // WithRetryAfterSpread sets the width of the random spread added above a
 // Retry-After wait, so that clients told the same instant do not return at
 // the same instant. The default is DefaultRetryAfterSpread (1 s); 0 means no
-// spread. It panics if d < 0.
+// spread.
 func WithRetryAfterSpread(d time.Duration) Option {
-	if d < 0 {
-		panic("retryhttp: WithRetryAfterSpread(" + d.String() + "): negative duration")
-	}
-	return func(t *Transport) { t.s.retryAfterSpread = d }
+	nonNegative("WithRetryAfterSpread", d)
+	return requestOption("WithRetryAfterSpread", func(s *settings) { s.retryAfterSpread = d })
 }
 
 // WithRetryIf sets which outcomes of an attempt are retryable: f gets the
@@ -66,49 +99,88 @@ func WithRetryAfterSpread(d time.Duration) Option {
 // request that may not be sent twice retryable. nil means DefaultRetryIf.
 // f must not read or close the response body.
 func WithRetryIf(f func(*http.Response, error) bool) Option {
-	return func(t *Transport) {
+	return requestOption("WithRetryIf", func(s *settings) {
 		if f == nil {
 			f = DefaultRetryIf
 		}
-		t.s.retryIf = f
-	}
+		s.retryIf = f
+	})
 }
 
 // WithIdempotentIf sets which requests may be sent more than once. nil means
-// DefaultIdempotentIf. f must not modify the request.
+// DefaultIdempotentIf. f must not modify the request. For one request, mark
+// it either way through its context:
+//
+//	always := func(*http.Request) bool { return true }
+//	ctx = retryhttp.ContextWithOptions(ctx, retryhttp.WithIdempotentIf(always))
 func WithIdempotentIf(f func(*http.Request) bool) Option {
-	return func(t *Transport) {
+	return requestOption("WithIdempotentIf", func(s *settings) {
 		if f == nil {
 			f = DefaultIdempotentIf
 		}
-		t.s.idempotentIf = f
-	}
+		s.idempotentIf = f
+	})
 }
 
 // WithBodyBuffer lets requests whose body cannot be replayed (no GetBody)
 // be retried: up to maxBytes of such a body are read into memory before the
 // first attempt and replayed from there. A larger body is sent once, whole,
-// and not retried. maxBytes <= 0 turns buffering off (the default): only
-// bodies with GetBody, such as those http.NewRequest makes from a
-// bytes.Buffer, bytes.Reader or strings.Reader, are replayed.
+// and not retried. 0 turns buffering off (the default): only bodies with
+// GetBody, such as those http.NewRequest makes from a bytes.Buffer,
+// bytes.Reader or strings.Reader, are replayed.
 func WithBodyBuffer(maxBytes int64) Option {
-	return func(t *Transport) { t.s.bodyBuffer = maxBytes }
+	nonNegative("WithBodyBuffer", maxBytes)
+	return requestOption("WithBodyBuffer", func(s *settings) { s.bodyBuffer = maxBytes })
 }
 
 // WithAttemptTimeout gives each attempt d to deliver its response headers.
 // An attempt that runs out is a retryable transport error whose cause
 // satisfies errors.Is(err, context.DeadlineExceeded). Reading the body of a
 // response that arrived in time is not cut off: the attempt's context lives
-// until the body is closed. d <= 0 turns it off (the default); the request's
-// own context still bounds everything. A d below one millisecond is raised
-// to one: a shorter timeout falls within the scheduler's own jitter, so
+// until the body is closed. 0 turns it off (the default); the request's own
+// context still bounds everything. A d below one millisecond is raised to
+// one: a shorter timeout falls within the scheduler's own jitter, so
 // whether an attempt made it would depend on the machine's load, not on the
 // host, and every attempt could fail the same way.
 func WithAttemptTimeout(d time.Duration) Option {
+	nonNegative("WithAttemptTimeout", d)
 	if d > 0 {
 		d = max(d, minAttemptTimeout)
 	}
-	return func(t *Transport) { t.s.attemptTimeout = d }
+	return requestOption("WithAttemptTimeout", func(s *settings) { s.attemptTimeout = d })
+}
+
+// WithKey sets what a request's circuit, hold and per-host budget are kept
+// by: f returns the key, and requests with equal keys share them. nil means
+// the default, scheme://host[:port] (the port only when it is not the
+// scheme's default). On a path-style endpoint, where one host serves many
+// buckets or tenants, key by the first path segment as well, so that one
+// failing bucket does not stop the others:
+//
+//	retryhttp.WithKey(func(r *http.Request) string {
+//		seg, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+//		return r.URL.Scheme + "://" + r.URL.Host + "/" + seg
+//	})
+//
+// Hooks, errors and the breaker's snapshot report the key. f is called for
+// every request, so it should be cheap; it must not modify the request.
+func WithKey(f func(*http.Request) string) Option {
+	return transportOption("WithKey", func(t *Transport) { t.keyFunc = f })
+}
+
+// WithCircuitOpenResponse makes a request that an open circuit refuses get
+// a local 503 response instead of an error, so that an SDK above the
+// transport handles it as it handles a server's 503 (its own error type,
+// its own backoff). The response says when the circuit may let a probe
+// through, in Retry-After (seconds), Retry-After-Ms and X-Amz-Retry-After
+// (milliseconds, which aws-sdk-go-v2 reads), and carries the header
+// X-Retryhttp-Local: circuit-open to mark it as made by this transport, not
+// by the server; its body is a JSON error object. GiveUp hooks see it with
+// GiveUpInfo.Local set, and Stats counts it in LocalResponses. Without this
+// option (the default) the transport never invents a response: the caller
+// gets an Error wrapping ErrCircuitOpen.
+func WithCircuitOpenResponse() Option {
+	return transportOption("WithCircuitOpenResponse", func(t *Transport) { t.localOpen = true })
 }
 
 // minAttemptTimeout is the shortest attempt timeout WithAttemptTimeout sets.

@@ -19,6 +19,7 @@ type Stats struct {
 	RetryAfterClamped uint64            // of those, values above the clamp (WithMaxRetryAfter)
 	BudgetDenied      uint64            // retries the budget refused
 	CircuitRejected   uint64            // attempts an open circuit refused, and sleeps it ended
+	LocalResponses    uint64            // of those, requests answered with a local 503 (WithCircuitOpenResponse)
 	GiveUps           map[Reason]uint64 // requests that stopped on a failure, by reason; only reasons seen
 	// Delays holds the histogram of the delays drawn for each scheduled
 	// retry (a wait that the context or an opening circuit cuts short still
@@ -95,6 +96,7 @@ type stats struct {
 	raClamped       atomic.Uint64
 	budgetDenied    atomic.Uint64
 	circuitRejected atomic.Uint64
+	localResponses  atomic.Uint64
 	giveUps         [len(reasonNames)]atomic.Uint64
 	delays          [delayRetries]delayCounts
 }
@@ -122,6 +124,7 @@ func (t *Transport) Stats() Stats {
 		RetryAfterClamped: s.raClamped.Load(),
 		BudgetDenied:      s.budgetDenied.Load(),
 		CircuitRejected:   s.circuitRejected.Load(),
+		LocalResponses:    s.localResponses.Load(),
 		GiveUps:           map[Reason]uint64{},
 	}
 	out.Attempts = first + out.Retries

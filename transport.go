@@ -27,6 +27,10 @@ type Transport struct {
 	stats   stats
 	budget  *Budget  // nil: no budget
 	breaker *Breaker // nil: no circuits
+	// keyFunc computes a request's key; nil: scheme://host[:port].
+	keyFunc func(*http.Request) string
+	// localOpen: a request an open circuit refuses gets a local 503.
+	localOpen bool
 	// lanes holds per-host memory: the breaker's own lanes, or, without a
 	// breaker, lanes whose circuits never open, so that a policy's memory
 	// of a host does not depend on whether a breaker is configured.
@@ -71,7 +75,7 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 		breaker: NewBreaker(BreakerConfig{}),
 	}
 	for _, o := range opts {
-		o(t)
+		o.apply(t)
 	}
 	t.s.stateful = stateful(t.s.policy)
 	t.lanes = t.breaker
@@ -100,7 +104,20 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, errNotFromNew
 	}
 	ctx := req.Context()
-	r := retrier{t: t, s: &t.s, req: req, key: keyOf(req.URL), hooks: hooksOf(t, ctx)}
+	r := retrier{t: t, s: &t.s, req: req}
+	pr, _ := ctx.Value(requestKey{}).(*perRequest)
+	r.hooks = hookSet{t: t.hooks}
+	if pr != nil {
+		r.hooks.r = pr.hooks
+		if len(pr.opts) > 0 {
+			r.s = pr.settings(&t.s)
+		}
+	}
+	if t.keyFunc != nil {
+		r.key = hostKey{host: t.keyFunc(req)}
+	} else {
+		r.key = keyOf(req.URL)
+	}
 	if t.budget != nil {
 		t.budget.deposit(r.key)
 	}
@@ -316,6 +333,12 @@ func (r *retrier) finish(resp *http.Response, attemptErr error, reason Reason, c
 	}
 	r.t.stats.giveUps[reason].Add(1)
 	info := GiveUpInfo{Request: r.req, Attempts: r.attempts, Reason: reason}
+	if resp == nil && reason == ReasonCircuitOpen && r.t.localOpen && r.lane != nil {
+		resp = localOpenResponse(r.req, r.key, r.lane.probeAt())
+		r.resp = resp
+		info.Local = true
+		r.t.stats.localResponses.Add(1)
+	}
 	var err error
 	if resp != nil {
 		info.Status = resp.StatusCode
@@ -345,7 +368,7 @@ func (r *retrier) wrap(attemptErr error, reason Reason, cause error) error {
 	case cause != nil && !errors.Is(err, cause):
 		err = fmt.Errorf("%w after %w", cause, err)
 	}
-	return &Error{Method: r.req.Method, Host: host(r.req), Attempts: r.attempts, Reason: reason, Err: err}
+	return &Error{Method: r.req.Method, Host: host(r.req), Key: r.key.String(), Attempts: r.attempts, Reason: reason, Err: err}
 }
 
 // report passes a circuit's change of state to the hooks, after the lane's
@@ -354,7 +377,7 @@ func (r *retrier) report(tr transition) {
 	if tr.from == tr.to || !r.hooks.any() {
 		return
 	}
-	fire(r.hooks, (*Hooks).circuitChange, CircuitChangeInfo{Host: r.key.String(), From: tr.from, To: tr.to})
+	fire(r.hooks, (*Hooks).circuitChange, CircuitChangeInfo{Key: r.key.String(), From: tr.from, To: tr.to})
 }
 
 // admit asks the host's circuit to let the next attempt through.

@@ -245,7 +245,7 @@ func (r *recorder) circuitChange(i retryhttp.CircuitChangeInfo) {
 	ctx := context.Background()
 	var host []attribute.KeyValue
 	if r.host {
-		host = hostAttrs(i.Host)
+		host = hostAttrs(i.Key)
 	}
 	r.transitions.Add(ctx, 1, r.circuitSets.get(circuitKey{from: i.From, to: i.To}, host).add...)
 	// Half-open is not open: a circuit leaving open for half-open is one
