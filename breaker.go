@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -77,6 +75,13 @@ type BreakerConfig struct {
 	// idle are never evicted, so the table exceeds MaxHosts only by those.
 	// 0 means DefaultMaxHosts (65,536).
 	MaxHosts int
+	// OnStateChange, if set, is called with every change of a circuit's
+	// state: trips, half-openings, closings, holds and their ends, and what
+	// an operator does through Isolate and Reset. It runs on the goroutine
+	// that made the change, after the breaker's locks are released, once
+	// for the Breaker however many transports share it (Hooks.CircuitChange
+	// is called only for the transport whose request made the change).
+	OnStateChange func(CircuitChangeInfo)
 }
 
 // Breaker holds one circuit per host (scheme, host, port). A circuit counts
@@ -155,7 +160,7 @@ func WithBreaker(b *Breaker) Option {
 
 // lane returns the host's lane, creating it if needed.
 func (b *Breaker) lane(k hostKey) *lane {
-	return b.lanes.get(k, func() *lane { return newLane(b) })
+	return b.lanes.get(k, func(k hostKey) *lane { return newLane(b, k) })
 }
 
 // State is the state of one host's circuit.
@@ -166,9 +171,10 @@ const (
 	StateClosed   State = iota // requests pass; failures are counted
 	StateOpen                  // requests are refused without touching the network
 	StateHalfOpen              // a few probes pass; the rest are refused
+	StateHeld                  // the server asked, with a long Retry-After, for no requests until an instant; requests wait for it
 )
 
-// String returns the state's name: closed, open or half-open.
+// String returns the state's name: closed, open, half-open or held.
 func (s State) String() string {
 	switch s {
 	case StateClosed:
@@ -177,258 +183,9 @@ func (s State) String() string {
 		return "open"
 	case StateHalfOpen:
 		return "half-open"
+	case StateHeld:
+		return "held"
 	}
 	return "State(?)"
 }
 
-// outcome is what an attempt tells the circuit.
-type outcome int
-
-const (
-	outcomeNone    outcome = iota // tells nothing: the caller's context ended, a certificate error
-	outcomeSuccess                // the host answered with a response that is not a retryable failure
-	outcomeFailure                // a retryable failure
-)
-
-// lane is one host's memory: its circuit and the previous delay that
-// DecorrelatedJitter grows from. Both are reset by a success to the host,
-// never by time alone; a lane leaves memory only when its host's table must
-// make room and the lane is idle (see idle and table).
-type lane struct {
-	b *Breaker
-	// word is the state in its low 2 bits and the generation above them, so
-	// that one atomic load tells a request both. The generation grows at
-	// every change of state; an outcome from an earlier generation is
-	// ignored (a request admitted before the circuit opened must not count
-	// against the next closed period). Written only under mu.
-	word atomic.Uint64
-	// failing is set while a failure period is under way; only then do
-	// successes pay for an atomic add to succ.
-	failing atomic.Bool
-	succ    atomic.Int64 // successes during the failure period
-	prev    atomic.Int64 // previous delay drawn for this host, for DecorrelatedJitter
-
-	mu        sync.Mutex
-	since     time.Time // first failure of the period; guarded by mu
-	fails     int       // failures in the period; guarded by mu
-	openUntil time.Time // when an open circuit may half-open; guarded by mu
-	probes    int       // probes in flight while half-open; guarded by mu
-	sleepers  int       // requests sleeping toward the host; guarded by mu
-	// opened is closed when the circuit opens, to wake the requests
-	// sleeping toward the host. It is made when the first of them starts
-	// sleeping, and while the circuit is open it is closedChan. Guarded by
-	// mu.
-	opened chan struct{}
-}
-
-// closedChan is the opened channel of every open circuit.
-var closedChan = func() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()
-
-func newLane(b *Breaker) *lane {
-	return &lane{b: b}
-}
-
-func unpack(w uint64) (State, uint64) { return State(w & 3), w >> 2 }
-
-// ticket is what admission hands a request: the generation it was admitted
-// in, and whether it is a half-open probe.
-type ticket struct {
-	gen   uint64
-	probe bool
-}
-
-// transition is a change of state, returned so that it can be reported
-// after the lock is released.
-type transition struct {
-	from, to State
-}
-
-// allow admits an attempt or refuses it with ErrCircuitOpen. A closed
-// circuit admits with one atomic load.
-func (l *lane) allow() (ticket, transition, error) {
-	state, gen := unpack(l.word.Load())
-	if state == StateClosed {
-		return ticket{gen: gen}, transition{}, nil
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var tr transition
-	state, gen = unpack(l.word.Load())
-	if state == StateOpen {
-		if time.Now().Before(l.openUntil) {
-			return ticket{}, tr, ErrCircuitOpen
-		}
-		tr = l.setLocked(StateHalfOpen)
-		l.opened = nil
-		l.probes = 0
-		_, gen = unpack(l.word.Load())
-		state = StateHalfOpen
-	}
-	switch {
-	case state == StateClosed:
-		return ticket{gen: gen}, tr, nil
-	case l.probes < l.b.cfg.Probes:
-		l.probes++
-		return ticket{gen: gen, probe: true}, tr, nil
-	}
-	return ticket{}, tr, ErrCircuitOpen
-}
-
-// record tells the circuit the outcome of an attempt admitted with tk.
-func (l *lane) record(tk ticket, o outcome) transition {
-	if o == outcomeSuccess && !tk.probe {
-		// The hot path: no lock, and no write unless there is memory to
-		// reset.
-		if l.failing.Load() {
-			l.succ.Add(1)
-		}
-		if l.prev.Load() != 0 {
-			l.prev.Store(0)
-		}
-		return transition{}
-	}
-	if (o == outcomeNone || !l.b.circuits) && !tk.probe {
-		return transition{}
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	state, gen := unpack(l.word.Load())
-	if gen != tk.gen {
-		// From an earlier state: ignored. A probe of an earlier half-open
-		// period no longer holds a place: allow reset the count when the
-		// current period began.
-		return transition{}
-	}
-	if tk.probe {
-		l.probes--
-	}
-	switch {
-	case state == StateHalfOpen && o == outcomeSuccess:
-		l.prev.Store(0)
-		l.resetPeriodLocked()
-		// Other probes still in flight belong to the half-open period that
-		// ends here: their outcomes will be ignored, so their places are
-		// freed now.
-		l.probes = 0
-		return l.setLocked(StateClosed)
-	case state == StateHalfOpen && o == outcomeFailure:
-		return l.openLocked(time.Now())
-	case state == StateClosed && o == outcomeFailure:
-		return l.failLocked(time.Now())
-	}
-	return transition{}
-}
-
-// failLocked counts a failure in the closed state and trips the circuit when
-// failure has persisted over the span.
-func (l *lane) failLocked(now time.Time) transition {
-	c := &l.b.cfg
-	if !l.failing.Load() || now.Sub(l.since) > 2*c.Span {
-		// A new failure period: the first failure, or an old period that
-		// never tripped.
-		l.resetPeriodLocked()
-		l.since = now
-		l.failing.Store(true)
-	}
-	l.fails++
-	total := l.fails + int(l.succ.Load())
-	if now.Sub(l.since) >= c.Span && l.fails >= c.MinFailures &&
-		float64(l.fails) >= c.FailureRatio*float64(total) {
-		return l.openLocked(now)
-	}
-	return transition{}
-}
-
-// openLocked opens the circuit for OpenFor plus a jittered extra, and wakes
-// every request sleeping toward the host.
-func (l *lane) openLocked(now time.Time) transition {
-	c := &l.b.cfg
-	l.openUntil = now.Add(c.OpenFor + uniform(0, c.OpenJitter))
-	l.resetPeriodLocked()
-	l.probes = 0 // as on closing: the half-open period's probes are over
-	if l.opened != nil && l.opened != closedChan {
-		close(l.opened)
-	}
-	l.opened = closedChan
-	return l.setLocked(StateOpen)
-}
-
-func (l *lane) resetPeriodLocked() {
-	l.failing.Store(false)
-	l.succ.Store(0)
-	l.fails = 0
-	l.since = time.Time{}
-}
-
-// setLocked moves to state s in a new generation.
-func (l *lane) setLocked(s State) transition {
-	from, gen := unpack(l.word.Load())
-	l.word.Store((gen+1)<<2 | uint64(s))
-	return transition{from: from, to: s}
-}
-
-// sleepStart returns a channel that is closed when the circuit opens (at
-// once, if it is open now), for a sleep to select on, and counts the
-// sleeper so that the lane is not dropped from memory under it: a dropped
-// lane would neither wake the sleeper nor refuse its next attempt. Every
-// call is paired with sleepEnd.
-func (l *lane) sleepStart() <-chan struct{} {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.sleepers++
-	if l.opened == nil {
-		l.opened = make(chan struct{})
-	}
-	return l.opened
-}
-
-// sleepEnd ends what sleepStart began.
-func (l *lane) sleepEnd() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.sleepers--
-}
-
-// probeAt returns when the circuit may next let a probe through: when an
-// open circuit's open time ends, or now.
-func (l *lane) probeAt() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := time.Now()
-	if state, _ := unpack(l.word.Load()); state == StateOpen && l.openUntil.After(now) {
-		return l.openUntil
-	}
-	return now
-}
-
-// isOpen reports whether the circuit is open now; one atomic load.
-func (l *lane) isOpen() bool {
-	state, _ := unpack(l.word.Load())
-	return state == StateOpen
-}
-
-// idle reports that the lane may leave memory: no probe is in flight, no
-// request sleeps toward the host, and either the circuit is closed with no
-// failure period under way (none, or one older than twice the span, which
-// the next failure would start afresh), or it is open past its open time,
-// when the next request would probe a host that nobody has asked for since.
-// A policy's previous delay does not keep a lane: a host dropped from
-// memory starts again from Base.
-func (l *lane) idle(now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.probes != 0 || l.sleepers != 0 {
-		return false
-	}
-	switch state, _ := unpack(l.word.Load()); state {
-	case StateClosed:
-		return !l.failing.Load() || now.Sub(l.since) > 2*l.b.cfg.Span
-	case StateOpen:
-		return !now.Before(l.openUntil)
-	}
-	return false
-}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"sync"
@@ -283,7 +284,7 @@ func TestBreakerTrips(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				cfg := c.cfg
-				if cfg == (BreakerConfig{}) {
+				if reflect.ValueOf(cfg).IsZero() {
 					cfg = bkConfig()
 				}
 				l := bkLane(NewBreaker(cfg), "http://tenant.test")
@@ -911,7 +912,7 @@ func TestBreakerOutcomes(t *testing.T) {
 // TestBreakerClosedAllocs checks that a closed circuit admits and records a
 // success without allocating.
 func TestBreakerClosedAllocs(t *testing.T) {
-	l := newLane(NewBreaker(BreakerConfig{}))
+	l := newLane(NewBreaker(BreakerConfig{}), hostKey{})
 	allocs := testing.AllocsPerRun(1000, func() {
 		tk, _, err := l.allow()
 		if err != nil {
@@ -926,7 +927,7 @@ func TestBreakerClosedAllocs(t *testing.T) {
 // and record a success, on one goroutine and on all of them sharing a lane.
 func BenchmarkBreakerClosed(b *testing.B) {
 	b.Run("single", func(b *testing.B) {
-		l := newLane(NewBreaker(BreakerConfig{}))
+		l := newLane(NewBreaker(BreakerConfig{}), hostKey{})
 		b.ReportAllocs()
 		for b.Loop() {
 			tk, _, err := l.allow()
@@ -937,7 +938,7 @@ func BenchmarkBreakerClosed(b *testing.B) {
 		}
 	})
 	b.Run("parallel", func(b *testing.B) {
-		l := newLane(NewBreaker(BreakerConfig{}))
+		l := newLane(NewBreaker(BreakerConfig{}), hostKey{})
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {

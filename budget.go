@@ -135,7 +135,7 @@ func (b *Budget) bucketFor(k hostKey) *bucket {
 	if b.global != nil {
 		return b.global
 	}
-	return b.hosts.get(k, b.newBucket)
+	return b.hosts.get(k, func(hostKey) *bucket { return b.newBucket() })
 }
 
 // deposit credits one original request to the host's bucket. It takes no
@@ -178,6 +178,32 @@ func (b *Budget) tokens(k hostKey, t time.Time) float64 {
 		n += bk.floor.TokensAt(t)
 	}
 	return n
+}
+
+// tokenAt returns when the key's bucket will next hold a whole token: now
+// if it does, later as the floor refills, the zero time if it has no floor
+// (only new requests' deposits refill it). spread is one token's refill
+// time.
+func (b *Budget) tokenAt(k hostKey, now time.Time) (at time.Time, spread time.Duration) {
+	bk := b.global
+	if bk == nil {
+		bk = b.hosts.peek(k)
+		if bk == nil {
+			return now, 0 // a fresh bucket starts with its floor full
+		}
+	}
+	n := float64(bk.banked.Load()) / unit
+	if bk.floor != nil {
+		n += bk.floor.TokensAt(now)
+	}
+	if n >= 1 {
+		return now, 0
+	}
+	if b.perSec <= 0 {
+		return time.Time{}, 0
+	}
+	perToken := time.Duration(float64(time.Second) / b.perSec)
+	return now.Add(time.Duration((1 - n) * float64(perToken))), perToken
 }
 
 // idle reports that dropping the bucket loses nothing that protects its

@@ -35,6 +35,9 @@ const (
 	ReasonCircuitOpen
 	// ReasonContextDone: the request's context ended.
 	ReasonContextDone
+	// ReasonHeld: the key is held by a server's long Retry-After beyond
+	// what the request could wait.
+	ReasonHeld
 )
 
 var reasonNames = [...]string{
@@ -47,6 +50,7 @@ var reasonNames = [...]string{
 	ReasonBudgetExhausted:   "budget exhausted",
 	ReasonCircuitOpen:       "circuit open",
 	ReasonContextDone:       "context done",
+	ReasonHeld:              "held",
 }
 
 // String returns the reason in a few words, such as "attempts used".
@@ -68,6 +72,12 @@ type Error struct {
 	Attempts int    // attempts sent to the next RoundTripper; 0 if none was
 	Reason   Reason // why no further attempt was made
 	Err      error  // the cause; never nil
+	// Until is, when an open circuit or a hold refused the request, when
+	// the key may be tried again; the zero time otherwise, or when an
+	// operator isolated the key.
+	Until time.Time
+
+	key hostKey
 }
 
 // Error implements error.

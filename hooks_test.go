@@ -359,7 +359,7 @@ func TestHooksGiveUpReasons(t *testing.T) {
 			name:  "not_retryable",
 			steps: []hookStep{{err: certErr}},
 			want: GiveUpInfo{Attempts: 1, Reason: ReasonNotRetryable, Err: &Error{
-				Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 1, Reason: ReasonNotRetryable, Err: certErr,
+				Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 1, Reason: ReasonNotRetryable, Err: certErr, key: hostKey{"http", "host"},
 			}},
 		},
 		{
@@ -372,7 +372,7 @@ func TestHooksGiveUpReasons(t *testing.T) {
 				return ctx, cancel
 			},
 			want: GiveUpInfo{Attempts: 1, Reason: ReasonContextDone, Err: &Error{
-				Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 1, Reason: ReasonContextDone, Err: context.Canceled,
+				Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 1, Reason: ReasonContextDone, Err: context.Canceled, key: hostKey{"http", "host"},
 			}},
 			retries: 1,
 			elapsed: time.Second,
@@ -434,6 +434,7 @@ func TestHooksGiveUpReasons(t *testing.T) {
 // ReasonCircuitOpen without reaching the network.
 func TestHooksCircuitChange(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
 		next := newHookFake(map[string][]hookStep{"/": {{status: 503}, {status: 503}, {status: 200}}})
 		var log hookLog
 		// Trip on failure that lasts a second; stay open exactly 2 s.
@@ -466,7 +467,7 @@ func TestHooksCircuitChange(t *testing.T) {
 		assert.Equal(t, both(
 			AttemptStartInfo{Attempt: 1},
 			AttemptDoneInfo{Attempt: 1, Status: 503},
-			CircuitChangeInfo{Key: host, From: StateClosed, To: StateOpen},
+			CircuitChangeInfo{Key: host, From: StateClosed, To: StateOpen, Until: start.Add(3 * time.Second)},
 			failed,
 		), log.take(t, req), "t=1s: closed -> open")
 
@@ -476,6 +477,7 @@ func TestHooksCircuitChange(t *testing.T) {
 		require.ErrorIs(t, err, ErrCircuitOpen)
 		assert.Equal(t, both(GiveUpInfo{Attempts: 0, Reason: ReasonCircuitOpen, Err: &Error{
 			Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 0, Reason: ReasonCircuitOpen, Err: ErrCircuitOpen,
+			Until: start.Add(3 * time.Second), key: hostKey{"http", "host"},
 		}}), log.take(t, req), "t=1s: refused")
 		assert.Equal(t, 2, next.count("/"), "the refused request reached the network")
 
@@ -498,16 +500,17 @@ func TestHooksCircuitChange(t *testing.T) {
 	})
 }
 
-// TestHooksCircuitOpenWakesSleeper: a request waiting 10 s for its retry is
+// TestHooksCircuitOpenWakesSleeper: a request waiting 4 s for its retry is
 // woken when another request trips the host's circuit 1 s in, and gives up
 // at that instant with ReasonCircuitOpen.
 func TestHooksCircuitOpenWakesSleeper(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		next := newHookFake(map[string][]hookStep{
-			"/a": {{status: 503, retryAfter: "10"}},
+			"/a": {{status: 503, retryAfter: "4"}}, // shorter than a hold
 			"/b": {{status: 503}},
 		})
-		br := NewBreaker(BreakerConfig{Span: time.Second, MinFailures: 1})
+		start := time.Now()
+		br := NewBreaker(BreakerConfig{Span: time.Second, MinFailures: 1, OpenJitter: -1})
 		tr := New(next, WithBudget(nil), WithBreaker(br), WithRetryAfterSpread(0))
 		var logA, logB hookLog
 
@@ -536,19 +539,21 @@ func TestHooksCircuitOpenWakesSleeper(t *testing.T) {
 		require.NoError(t, resp.Body.Close())
 		<-done
 
-		assert.Equal(t, time.Second, elapsedA, "A woke when the circuit opened, not after its 10 s")
+		assert.Equal(t, time.Second, elapsedA, "A woke when the circuit opened, not after its 4 s")
 		require.ErrorIs(t, errA, ErrCircuitOpen)
-		wantErr := &Error{Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 1, Reason: ReasonCircuitOpen, Err: ErrCircuitOpen}
+		opened := start.Add(time.Second + DefaultBreakerOpenFor)
+		wantErr := &Error{Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 1, Reason: ReasonCircuitOpen, Err: ErrCircuitOpen,
+			Until: opened, key: hostKey{"http", "host"}}
 		assert.Equal(t, []hookEvent{
 			{"request", AttemptStartInfo{Attempt: 1}},
 			{"request", AttemptDoneInfo{Attempt: 1, Status: 503}},
-			{"request", RetryInfo{Retry: 1, Delay: 10 * time.Second, RetryAfter: true}},
+			{"request", RetryInfo{Retry: 1, Delay: 4 * time.Second, RetryAfter: true}},
 			{"request", GiveUpInfo{Attempts: 1, Reason: ReasonCircuitOpen, Err: wantErr}},
 		}, logA.take(t, reqA), "A")
 		assert.Equal(t, []hookEvent{
 			{"request", AttemptStartInfo{Attempt: 1}},
 			{"request", AttemptDoneInfo{Attempt: 1, Status: 503}},
-			{"request", CircuitChangeInfo{Key: "http://host", From: StateClosed, To: StateOpen}},
+			{"request", CircuitChangeInfo{Key: "http://host", From: StateClosed, To: StateOpen, Until: opened}},
 			{"request", GiveUpInfo{Attempts: 1, Reason: ReasonNotIdempotent, Status: 503}},
 		}, logB.take(t, reqB), "B")
 		s := tr.Stats()
@@ -564,9 +569,10 @@ func TestHooksCircuitOpenWakesSleeper(t *testing.T) {
 // will not be made.
 func TestHooksNoRetryAfterOwnTrip(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
 		next := newHookFake(map[string][]hookStep{"/": {{status: 503, retryAfter: "1"}}})
 		var log hookLog
-		br := NewBreaker(BreakerConfig{Span: time.Second, MinFailures: 1})
+		br := NewBreaker(BreakerConfig{Span: time.Second, MinFailures: 1, OpenJitter: -1})
 		// The request deposits 2 tokens: one for the retry at t=0, one to
 		// spare.
 		budget := NewBudget(BudgetConfig{Ratio: 2, MinPerSecond: -1})
@@ -583,7 +589,7 @@ func TestHooksNoRetryAfterOwnTrip(t *testing.T) {
 			RetryInfo{Retry: 1, Delay: time.Second, RetryAfter: true},
 			AttemptStartInfo{Attempt: 2},
 			AttemptDoneInfo{Attempt: 2, Status: 503},
-			CircuitChangeInfo{Key: "http://host", From: StateClosed, To: StateOpen},
+			CircuitChangeInfo{Key: "http://host", From: StateClosed, To: StateOpen, Until: start.Add(time.Second + DefaultBreakerOpenFor)},
 			GiveUpInfo{Attempts: 2, Reason: ReasonCircuitOpen, Status: 503},
 		), log.take(t, req))
 		assert.Zero(t, tr.Stats().Delays[1].Count, "a delay counted for retry 2, which was never made")

@@ -111,7 +111,7 @@ const cacheSlots = 64
 var cacheSeed = maphash.MakeSeed()
 
 // get returns the entry for k, creating it with mk if absent.
-func (t *table[V]) get(k hostKey, mk func() V) V {
+func (t *table[V]) get(k hostKey, mk func(hostKey) V) V {
 	slot := &t.cache[maphash.String(cacheSeed, k.host)%cacheSlots]
 	if e := slot.Load(); e != nil && e.k == k {
 		e.markUsed()
@@ -141,7 +141,7 @@ func (e *entry[V]) markUsed() {
 	}
 }
 
-func (t *table[V]) insert(k hostKey, mk func() V) any {
+func (t *table[V]) insert(k hostKey, mk func(hostKey) V) any {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if e, ok := t.m.Load(k); ok {
@@ -157,7 +157,8 @@ func (t *table[V]) insert(k hostKey, mk func() V) any {
 			break
 		}
 	}
-	e := &entry[V]{k: k.clone(), v: mk()}
+	e := &entry[V]{k: k.clone()}
+	e.v = mk(e.k)
 	t.ring = append(t.ring, e)
 	t.m.Store(e.k, e)
 	return e
@@ -206,6 +207,26 @@ func (t *table[V]) dropLocked(i int) {
 	t.ring[i], t.ring[last] = t.ring[last], nil
 	t.ring = t.ring[:last]
 	t.cache[maphash.String(cacheSeed, e.k.host)%cacheSlots].CompareAndSwap(e, nil)
+}
+
+// peek returns the entry for k, or the zero V; it creates none.
+func (t *table[V]) peek(k hostKey) V {
+	if e, ok := t.m.Load(k); ok {
+		return e.(*entry[V]).v
+	}
+	var zero V
+	return zero
+}
+
+// values returns every value the table holds.
+func (t *table[V]) values() []V {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]V, len(t.ring))
+	for i, e := range t.ring {
+		out[i] = e.v
+	}
+	return out
 }
 
 // len returns how many entries the table holds.

@@ -46,7 +46,7 @@ func TestTableEvictionRacingGet(t *testing.T) {
 		resume  = make(chan struct{})
 		holding atomic.Bool
 	)
-	mk := func() *int { v := int(made.Add(1)); return &v }
+	mk := func(hostKey) *int { v := int(made.Add(1)); return &v }
 	first := tb.get(target, mk)
 	tb.idle = func(v *int, _ time.Time) bool {
 		if v == first && holding.CompareAndSwap(false, true) {
@@ -86,14 +86,14 @@ func TestTableBounded(t *testing.T) {
 	tb.idle = func(*int, time.Time) bool { calls++; return calls%50 == 0 } // rarely idle
 	for i := range 20_000 {
 		calls = 0
-		tb.get(hostKey{scheme: "http", host: fmt.Sprintf("h%d.test", i)}, func() *int { return new(int) })
+		tb.get(hostKey{scheme: "http", host: fmt.Sprintf("h%d.test", i)}, func(hostKey) *int { return new(int) })
 		most = max(most, calls)
 	}
 	assert.LessOrEqual(t, most, 2*clockSteps, "idle checks in one insertion")
 
 	raw := "http://owned.test/?secret=" + strings.Repeat("s", 4096)
 	k := keyOf(mustParse(t, raw))
-	tb.get(k, func() *int { return new(int) })
+	tb.get(k, func(hostKey) *int { return new(int) })
 	e, ok := tb.m.Load(k)
 	require.True(t, ok)
 	kept := e.(*entry[*int]).k.host

@@ -10,25 +10,29 @@ import (
 )
 
 // LocalHeader marks a response made by this transport rather than by the
-// server: its value says why ("circuit-open").
+// server: its value says why ("circuit-open", or "held" for a hold).
 const LocalHeader = "X-Retryhttp-Local"
 
 // localOpenResponse is the 503 a request gets, with
-// WithCircuitOpenResponse, when the circuit of its key is open until
-// probeAt: it tells an SDK above when to come back, in the headers SDKs
+// WithCircuitOpenResponse, when the circuit of its key is open, or its key
+// held, until probeAt: it tells an SDK above when to come back, in the headers SDKs
 // read, and is marked as local.
-func localOpenResponse(req *http.Request, key hostKey, probeAt time.Time) *http.Response {
+func localOpenResponse(req *http.Request, key hostKey, probeAt time.Time, reason Reason) *http.Response {
 	wait := max(time.Until(probeAt), 0)
 	ms := strconv.FormatInt(int64(wait/time.Millisecond), 10)
 	secs := strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10)
-	msg := "retryhttp: circuit open for " + key.String() + "; retry after " + secs + " s"
-	body, _ := json.Marshal(map[string]map[string]string{"error": {"type": "api_error", "code": "circuit_open", "message": msg}})
+	why := "circuit-open"
+	if reason == ReasonHeld {
+		why = "held"
+	}
+	msg := "retryhttp: " + reason.String() + " for " + key.String() + "; retry after " + secs + " s"
+	body, _ := json.Marshal(map[string]map[string]string{"error": {"type": "api_error", "code": strings.ReplaceAll(why, "-", "_"), "message": msg}})
 	h := http.Header{
 		"Content-Type":      {"application/json"},
 		"Retry-After":       {secs},
 		"Retry-After-Ms":    {ms},
 		"X-Amz-Retry-After": {ms},
-		LocalHeader:         {"circuit-open"},
+		LocalHeader:         {why},
 	}
 	return &http.Response{
 		Status:        "503 Service Unavailable",

@@ -74,6 +74,7 @@ func parseDeltaSeconds(v string) (time.Duration, bool) {
 // headers, read once per response.
 type serverWait struct {
 	d       time.Duration // the wait, clamped, before the spread
+	asked   time.Duration // the wait the server asked for, before the clamp
 	seen    bool          // a Retry-After or Retry-After-Ms header was present
 	ok      bool          // and gave a usable wait
 	clamped bool          // the server asked for more than the clamp
@@ -92,6 +93,7 @@ func parseServerWait(h http.Header, now time.Time, maxWait time.Duration) server
 		w.seen = true
 		w.d, w.ok = parseRetryAfter(v, serverNow(h, now))
 	}
+	w.asked = w.d
 	if w.ok && w.d > maxWait {
 		w.d, w.clamped = maxWait, true
 	}

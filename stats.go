@@ -19,7 +19,8 @@ type Stats struct {
 	RetryAfterClamped uint64            // of those, values above the clamp (WithMaxRetryAfter)
 	BudgetDenied      uint64            // retries the budget refused
 	CircuitRejected   uint64            // attempts an open circuit refused, and sleeps it ended
-	LocalResponses    uint64            // of those, requests answered with a local 503 (WithCircuitOpenResponse)
+	LocalResponses    uint64            // requests answered with a local 503 (WithCircuitOpenResponse)
+	Held              uint64            // admissions a hold stopped: the request waited for its end, or was refused
 	GiveUps           map[Reason]uint64 // requests that stopped on a failure, by reason; only reasons seen
 	// Delays holds the histogram of the delays drawn for each scheduled
 	// retry (a wait that the context or an opening circuit cuts short still
@@ -97,6 +98,7 @@ type stats struct {
 	budgetDenied    atomic.Uint64
 	circuitRejected atomic.Uint64
 	localResponses  atomic.Uint64
+	held            atomic.Uint64
 	giveUps         [len(reasonNames)]atomic.Uint64
 	delays          [delayRetries]delayCounts
 }
@@ -125,6 +127,7 @@ func (t *Transport) Stats() Stats {
 		BudgetDenied:      s.budgetDenied.Load(),
 		CircuitRejected:   s.circuitRejected.Load(),
 		LocalResponses:    s.localResponses.Load(),
+		Held:              s.held.Load(),
 		GiveUps:           map[Reason]uint64{},
 	}
 	out.Attempts = first + out.Retries

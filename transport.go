@@ -113,11 +113,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			r.s = pr.settings(&t.s)
 		}
 	}
-	if t.keyFunc != nil {
-		r.key = hostKey{host: t.keyFunc(req)}
-	} else {
-		r.key = keyOf(req.URL)
-	}
+	r.key = t.requestKey(req)
 	if t.budget != nil {
 		t.budget.deposit(r.key)
 	}
@@ -137,8 +133,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var err error // the latest attempt's error
 	for {
 		if aerr := r.admit(); aerr != nil {
-			// The host's circuit is open: fail fast, off the network.
-			return r.finish(nil, err, ReasonCircuitOpen, aerr)
+			// The key's circuit is open, or it is held beyond what this
+			// request can wait: fail fast, off the network.
+			return r.finish(nil, err, admitReason(aerr), aerr)
 		}
 		var resp *http.Response
 		resp, err = r.attempt()
@@ -231,12 +228,18 @@ func (r *retrier) record(v verdict, resp *http.Response) serverWait {
 	}
 	var w serverWait
 	if v.retry && resp != nil {
-		w = parseServerWait(resp.Header, time.Now(), r.s.maxRetryAfter)
+		now := time.Now()
+		w = parseServerWait(resp.Header, now, r.s.maxRetryAfter)
 		if w.seen {
 			r.t.stats.raSeen.Add(1)
 		}
 		if w.clamped {
 			r.t.stats.raClamped.Add(1)
+		}
+		if w.ok && w.asked >= holdThreshold && r.lane != nil {
+			// A long wait asked for holds the whole key, never past the
+			// clamp.
+			r.report(r.lane.hold(now.Add(w.d)))
 		}
 	}
 	return w
@@ -333,8 +336,8 @@ func (r *retrier) finish(resp *http.Response, attemptErr error, reason Reason, c
 	}
 	r.t.stats.giveUps[reason].Add(1)
 	info := GiveUpInfo{Request: r.req, Attempts: r.attempts, Reason: reason}
-	if resp == nil && reason == ReasonCircuitOpen && r.t.localOpen && r.lane != nil {
-		resp = localOpenResponse(r.req, r.key, r.lane.probeAt())
+	if resp == nil && (reason == ReasonCircuitOpen || reason == ReasonHeld) && r.t.localOpen && r.lane != nil {
+		resp = localOpenResponse(r.req, r.key, r.lane.probeAt(), reason)
 		r.resp = resp
 		info.Local = true
 		r.t.stats.localResponses.Add(1)
@@ -368,30 +371,73 @@ func (r *retrier) wrap(attemptErr error, reason Reason, cause error) error {
 	case cause != nil && !errors.Is(err, cause):
 		err = fmt.Errorf("%w after %w", cause, err)
 	}
-	return &Error{Method: r.req.Method, Host: host(r.req), Key: r.key.String(), Attempts: r.attempts, Reason: reason, Err: err}
+	e := &Error{Method: r.req.Method, Host: host(r.req), Key: r.key.String(), Attempts: r.attempts, Reason: reason, Err: err, key: r.key}
+	if (reason == ReasonCircuitOpen || reason == ReasonHeld) && r.lane != nil {
+		e.Until = r.lane.probeAt()
+	}
+	return e
 }
 
 // report passes a circuit's change of state to the hooks, after the lane's
 // lock has been released.
 func (r *retrier) report(tr transition) {
-	if tr.from == tr.to || !r.hooks.any() {
+	if tr.from == tr.to {
 		return
 	}
-	fire(r.hooks, (*Hooks).circuitChange, CircuitChangeInfo{Key: r.key.String(), From: tr.from, To: tr.to})
+	info := CircuitChangeInfo{Key: r.key.String(), From: tr.from, To: tr.to, Until: tr.until}
+	if r.hooks.any() {
+		fire(r.hooks, (*Hooks).circuitChange, info)
+	}
+	if f := r.lane.b.cfg.OnStateChange; f != nil {
+		f(info)
+	}
 }
 
-// admit asks the host's circuit to let the next attempt through.
+// admit asks the key's circuit and hold to let the next attempt through.
+// While the key is held it waits for the hold's end, plus a spread drawn
+// like a Retry-After's so that the held requests do not return together,
+// when the request's deadline allows and its waits for holds stay within
+// its Retry-After clamp; then it asks again.
 func (r *retrier) admit() error {
 	if r.lane == nil {
 		return nil
 	}
-	tk, tr, err := r.lane.allow()
-	r.ticket, r.admitted = tk, err == nil
-	r.report(tr)
-	if err != nil {
-		r.t.stats.circuitRejected.Add(1)
+	ctx := r.req.Context()
+	var waited time.Duration
+	for {
+		tk, trs, err := r.lane.allow()
+		r.ticket, r.admitted = tk, err == nil
+		r.report(trs[0])
+		r.report(trs[1])
+		held, ok := err.(*heldError)
+		if !ok {
+			if err != nil {
+				r.t.stats.circuitRejected.Add(1)
+			}
+			return err
+		}
+		r.t.stats.held.Add(1)
+		wait := time.Until(held.until) + uniform(0, r.s.retryAfterSpread)
+		dl, hasDeadline := ctx.Deadline()
+		if waited+wait > r.s.maxRetryAfter+r.s.retryAfterSpread || hasDeadline && !time.Now().Add(wait).Before(dl) {
+			return err
+		}
+		if serr := r.sleep(ctx, wait); serr != nil {
+			return serr
+		}
+		waited += wait
 	}
-	return err
+}
+
+// admitReason names why admission failed.
+func admitReason(err error) Reason {
+	switch {
+	case errors.Is(err, ErrHeld):
+		return ReasonHeld
+	case errors.Is(err, ErrCircuitOpen):
+		return ReasonCircuitOpen
+	}
+	return ReasonContextDone
 }
 
 // sleep waits before an attempt, ending early when the context ends or the

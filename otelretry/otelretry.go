@@ -249,8 +249,11 @@ func (r *recorder) circuitChange(i retryhttp.CircuitChangeInfo) {
 	}
 	r.transitions.Add(ctx, 1, r.circuitSets.get(circuitKey{from: i.From, to: i.To}, host).add...)
 	// Half-open is not open: a circuit leaving open for half-open is one
-	// fewer open circuit, and one failing its probe is one more again.
+	// fewer open circuit, and one failing its probe is one more again. A
+	// hold begins and ends beside the circuit's state, which it leaves as
+	// it was: it does not move the gauge.
 	switch {
+	case i.From == retryhttp.StateHeld || i.To == retryhttp.StateHeld:
 	case i.To == retryhttp.StateOpen && i.From != retryhttp.StateOpen:
 		r.open.Add(ctx, 1, r.noSets.get(noKey{}, host).add...)
 	case i.From == retryhttp.StateOpen && i.To != retryhttp.StateOpen:

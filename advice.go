@@ -1,0 +1,107 @@
+package retryhttp
+
+import (
+	"errors"
+	"math"
+	"net/http"
+	"time"
+)
+
+// Advice says why RetryAt gave the instant it gave.
+type Advice int
+
+// The reasons RetryAt gives.
+const (
+	// AdviceNone: nothing suggests waiting; the zero time.
+	AdviceNone Advice = iota
+	// AdviceServer: the server asked, with Retry-After or Retry-After-Ms.
+	AdviceServer
+	// AdviceHeld: the key is held by a server's long Retry-After.
+	AdviceHeld
+	// AdviceCircuit: the key's circuit is open until then.
+	AdviceCircuit
+	// AdviceBudget: the retry budget holds no token until then.
+	AdviceBudget
+)
+
+var adviceNames = [...]string{"none", "server", "held", "circuit", "budget"}
+
+// String returns the advice's name, such as "circuit".
+func (a Advice) String() string {
+	if a >= 0 && int(a) < len(adviceNames) {
+		return adviceNames[a]
+	}
+	return "Advice(?)"
+}
+
+// RetryAt tells a caller that got resp or err back from RoundTrip (or from
+// an http.Client over this transport) the earliest instant worth sending
+// the request again, and why: when the server asked (Retry-After, not
+// clamped: a queue can wait where a request could not), when the key's
+// hold ends, when its circuit may let a probe through, or when the retry
+// budget holds a token again; the latest of those that apply. It reads the
+// transport's state now, so call it when the request comes back.
+//
+// Many callers refused together would get the same instant, and return as
+// a herd; so each answer is spread: by up to the Retry-After spread after a
+// server's instant or a hold, by up to the breaker's OpenFor after a
+// circuit's, and by up to one floor refill after the budget's. A success,
+// an answer that is not a failure, and an error nothing explains give the
+// zero time and AdviceNone: retry at once, or not at all, as the caller's
+// own policy says. An isolated key gives the zero time and AdviceCircuit:
+// no instant is known.
+func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Advice) {
+	var (
+		k     hostKey
+		limit bool // the budget may be why: a failure handed back at once
+		at    time.Time
+		why   Advice
+	)
+	now := time.Now()
+	switch {
+	case resp != nil:
+		if resp.Request == nil || resp.Request.URL == nil || !t.s.retryIf(resp, nil) {
+			return time.Time{}, AdviceNone
+		}
+		k = t.requestKey(resp.Request)
+		if resp.Header.Get(LocalHeader) == "" {
+			if w := parseServerWait(resp.Header, now, math.MaxInt64); w.ok {
+				at, why = now.Add(w.withSpread(t.s.retryAfterSpread)), AdviceServer
+			}
+		}
+		limit = true
+	default:
+		var e *Error
+		if !errors.As(err, &e) || e.key == (hostKey{}) {
+			return time.Time{}, AdviceNone
+		}
+		k = e.key
+		limit = e.Reason == ReasonBudgetExhausted
+	}
+	if l := t.lanes.lanes.peek(k); l != nil {
+		l.mu.Lock()
+		w := l.word.Load()
+		state, _ := unpack(w)
+		isolated, openUntil, holdUntil := l.isolated, l.openUntil, l.holdUntil
+		l.mu.Unlock()
+		if isolated {
+			return time.Time{}, AdviceCircuit
+		}
+		if w&heldBit != 0 && holdUntil.After(now) {
+			if h := holdUntil.Add(uniform(0, t.s.retryAfterSpread)); h.After(at) {
+				at, why = h, AdviceHeld
+			}
+		}
+		if state == StateOpen && openUntil.After(now) {
+			if c := openUntil.Add(uniform(0, l.b.cfg.OpenFor)); c.After(at) {
+				at, why = c, AdviceCircuit
+			}
+		}
+	}
+	if limit && t.budget != nil {
+		if b, spread := t.budget.tokenAt(k, now); b.After(at) {
+			at, why = b.Add(uniform(0, spread)), AdviceBudget
+		}
+	}
+	return at, why
+}

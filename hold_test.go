@@ -1,0 +1,346 @@
+package retryhttp
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A host that answers 429 with Retry-After: 30 holds its key: at 200
+// requests/s, at most a few attempts reach it in the 30 s it asked for, and
+// the requests that waited are delivered after the hold, spread over the
+// Retry-After spread rather than in one 100 ms slice.
+func TestHoldObeysRetryAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			rate     = 200 // requests/s
+			sendFor  = 60 * time.Second
+			limitFor = 30 * time.Second // the server answers 429 until then
+		)
+		start := time.Now()
+		var (
+			mu       sync.Mutex
+			arrivals []time.Duration
+			first429 = time.Duration(-1)
+		)
+		next := newBreakerFake(func(*http.Request) (int, error) {
+			at := time.Since(start)
+			mu.Lock()
+			defer mu.Unlock()
+			arrivals = append(arrivals, at)
+			if at < limitFor {
+				if first429 < 0 {
+					first429 = at
+				}
+				return 0, nil // answered below with its header
+			}
+			return http.StatusOK, nil
+		})
+		tr := New(rateLimited{next}) // every default
+		var wg sync.WaitGroup
+		var delivered, failed atomic.Int64
+		for i := range int(sendFor / time.Second * rate) {
+			time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / rate)))
+			wg.Go(func() {
+				resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+				if err == nil && resp.StatusCode == http.StatusOK {
+					delivered.Add(1)
+				} else {
+					failed.Add(1)
+				}
+				if err == nil {
+					resp.Body.Close()
+				}
+			})
+		}
+		wg.Wait()
+
+		mu.Lock()
+		defer mu.Unlock()
+		require.GreaterOrEqual(t, first429, time.Duration(0), "no 429 answered")
+		var inHold int
+		buckets := map[time.Duration]int{}
+		var after int
+		for _, a := range arrivals {
+			if a >= first429 && a < first429+30*time.Second {
+				inHold++
+			}
+			if a >= limitFor && a < limitFor+2*DefaultRetryAfterSpread {
+				buckets[a.Truncate(100*time.Millisecond)]++
+				after++
+			}
+		}
+		busiest := 0
+		for _, n := range buckets {
+			busiest = max(busiest, n)
+		}
+		t.Logf("attempts in the 30 s after the first 429: %d; delivered %d, failed %d; %d attempts in the 2 s after the hold, busiest 100 ms: %d",
+			inHold, delivered.Load(), failed.Load(), after, busiest)
+		assert.LessOrEqual(t, inHold, 10, "attempts reaching the host while it asked for none")
+		assert.Equal(t, int64(sendFor/time.Second*rate), delivered.Load(), "every request delivered")
+		assert.Greater(t, after, 1000, "the held requests went after the hold")
+		assert.Less(t, float64(busiest), 0.2*float64(after), "the held requests came back in one slice")
+	})
+}
+
+// rateLimited turns the breaker fake's 0 status into a 429 with
+// Retry-After: 30.
+type rateLimited struct{ f *breakerFake }
+
+func (r rateLimited) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.f.RoundTrip(req)
+	if resp == nil && err == nil {
+		resp = newResponse(req, http.StatusTooManyRequests, http.NoBody)
+		resp.Header.Set("Retry-After", "30")
+	}
+	return resp, err
+}
+
+// A hold never shortens, never outlasts the clamp, and a request that
+// cannot wait for it returns at once with ErrHeld and the hold's end.
+func TestHoldRules(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		b := NewBreaker(BreakerConfig{})
+		l := bkLane(b, testURL)
+		script := []reply{
+			{status: 429, header: http.Header{"Retry-After": {"3600"}}}, // clamped to 30 s
+		}
+		tr := New(newNext(script...), WithBreaker(b), WithMaxAttempts(1))
+		resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+		require.NoError(t, err)
+		readBody(t, resp)
+		s := b.Host(keyOf(mustParse(t, testURL)).String())
+		assert.Equal(t, StateHeld, s.State)
+		assert.Equal(t, start.Add(DefaultMaxRetryAfter), s.Until, "a hold never outlasts the clamp")
+
+		// A shorter hold, and a success, leave it as it was.
+		assert.Equal(t, transition{}, l.hold(start.Add(10*time.Second)))
+		l.record(ticket{}, outcomeSuccess)
+		assert.Equal(t, start.Add(DefaultMaxRetryAfter), b.Host(s.Key).Until)
+
+		// A request whose deadline comes first returns at once.
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		next := newNext(reply{status: 200})
+		tr2 := New(next, WithBreaker(b))
+		_, err = tr2.RoundTrip(newReq(ctx, http.MethodGet, nil))
+		require.ErrorIs(t, err, ErrHeld)
+		e := asError(t, err)
+		assert.Equal(t, ReasonHeld, e.Reason)
+		assert.Equal(t, start.Add(DefaultMaxRetryAfter), e.Until)
+		assert.Zero(t, time.Since(start), "returned at once")
+		assert.Zero(t, next.calls())
+
+		// One without a deadline waits for the end, then goes.
+		resp, err = tr2.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+		require.NoError(t, err)
+		readBody(t, resp)
+		waited := time.Since(start)
+		assert.GreaterOrEqual(t, waited, DefaultMaxRetryAfter)
+		assert.Less(t, waited, DefaultMaxRetryAfter+DefaultRetryAfterSpread)
+		assert.Equal(t, 1, next.calls())
+		assert.Equal(t, StateClosed, b.Host(s.Key).State, "the hold is over")
+		assert.Equal(t, uint64(2), tr2.Stats().Held, "admissions a hold stopped")
+	})
+}
+
+// RetryAt's answer for each reason, and a dispatcher loop that honours it
+// never sends to a held or open host.
+func TestHoldRetryAt(t *testing.T) {
+	t.Run("each reason", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			now := time.Now()
+			tr := newT(newNext(reply{status: 200}))
+			resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+			require.NoError(t, err)
+			readBody(t, resp)
+			at, why := tr.RetryAt(resp, nil)
+			assert.Equal(t, AdviceNone, why, "a success")
+			assert.True(t, at.IsZero())
+
+			tr = newT(newNext(reply{status: 503, header: http.Header{"Retry-After": {"2"}}}), WithMaxAttempts(1))
+			resp, err = tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+			require.NoError(t, err)
+			readBody(t, resp)
+			at, why = tr.RetryAt(resp, nil)
+			assert.Equal(t, AdviceServer, why)
+			assert.True(t, !at.Before(now.Add(2*time.Second)) && at.Before(now.Add(3*time.Second)), "server: %v", at.Sub(now))
+
+			b := NewBreaker(bkConfig())
+			bkTrip(t, bkLane(b, testURL))
+			tripped := time.Now()
+			tr = New(newNext(reply{status: 200}), WithBreaker(b), WithBudget(nil))
+			_, err = tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+			require.ErrorIs(t, err, ErrCircuitOpen)
+			at, why = tr.RetryAt(nil, err)
+			assert.Equal(t, AdviceCircuit, why)
+			open := tripped.Add(bkConfig().OpenFor)
+			assert.True(t, !at.Before(open) && at.Before(open.Add(bkConfig().OpenFor)), "circuit: %v", at.Sub(open))
+
+			b = NewBreaker(BreakerConfig{})
+			bkLane(b, testURL).hold(time.Now().Add(20 * time.Second))
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			defer cancel()
+			tr = New(newNext(reply{status: 200}), WithBreaker(b))
+			_, err = tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
+			require.ErrorIs(t, err, ErrHeld)
+			at, why = tr.RetryAt(nil, err)
+			assert.Equal(t, AdviceHeld, why)
+			held := time.Now().Add(20 * time.Second)
+			assert.True(t, !at.Before(held) && at.Before(held.Add(DefaultRetryAfterSpread)), "held: %v", at.Sub(held))
+
+			budget := NewBudget(BudgetConfig{Ratio: -1, MinPerSecond: 10})
+			tr = New(newNext(reply{status: 503}), WithBreaker(nil), WithBudget(budget), WithMaxAttempts(100), WithPolicy(Immediate{}))
+			resp, err = tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+			require.NoError(t, err)
+			readBody(t, resp)
+			at, why = tr.RetryAt(resp, nil)
+			assert.Equal(t, AdviceBudget, why, "the floor's 10 tokens are spent")
+			assert.True(t, at.After(time.Now()) && !at.After(time.Now().Add(200*time.Millisecond)), "budget: %v", time.Until(at))
+		})
+	})
+
+	t.Run("a dispatcher that honours it", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			start := time.Now()
+			var seen sync.Map // State -> true: the states the key went through
+			b := NewBreaker(BreakerConfig{Span: time.Second, OpenJitter: -1,
+				OnStateChange: func(i CircuitChangeInfo) { seen.Store(i.To, true) }})
+			key := keyOf(mustParse(t, testURL)).String()
+			var violations atomic.Int64
+			next := newBreakerFake(func(*http.Request) (int, error) {
+				if st := b.Host(key).State; st == StateOpen || st == StateHeld {
+					violations.Add(1)
+				}
+				switch since := time.Since(start); {
+				case since < 10*time.Second:
+					return 0, errReset() // down: the circuit opens
+				case since < 20*time.Second:
+					return http.StatusServiceUnavailable, nil // then a hold
+				}
+				return http.StatusOK, nil
+			})
+			tr := New(heldAfter{next, 10 * time.Second, start}, WithBreaker(b))
+			var wg sync.WaitGroup
+			var delivered atomic.Int64
+			for i := range 200 {
+				wg.Go(func() {
+					time.Sleep(time.Duration(i) * 50 * time.Millisecond)
+					for try := 0; try < 50; try++ {
+						resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+						if err == nil && resp.StatusCode == http.StatusOK {
+							resp.Body.Close()
+							delivered.Add(1)
+							return
+						}
+						at, _ := tr.RetryAt(resp, err)
+						if resp != nil {
+							resp.Body.Close()
+						}
+						time.Sleep(max(time.Until(at), 100*time.Millisecond))
+					}
+				})
+			}
+			wg.Wait()
+			assert.Equal(t, int64(200), delivered.Load())
+			assert.Zero(t, violations.Load(), "attempts that reached a held or open host")
+			for _, st := range []State{StateOpen, StateHeld} {
+				_, ok := seen.Load(st)
+				assert.True(t, ok, "the key was never %v", st)
+			}
+		})
+	})
+}
+
+// heldAfter adds Retry-After: 10 to the 503s answered from its instant on.
+type heldAfter struct {
+	f     *breakerFake
+	from  time.Duration
+	start time.Time
+}
+
+func (h heldAfter) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := h.f.RoundTrip(req)
+	if resp != nil && resp.StatusCode == http.StatusServiceUnavailable && time.Since(h.start) >= h.from {
+		resp.Header.Set("Retry-After", "10")
+	}
+	return resp, err
+}
+
+// An operator isolates a key, sees it in the snapshot, and resets it; the
+// changes are reported; all of it is safe beside running requests.
+func TestHoldOperatorControl(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			mu      sync.Mutex
+			changes []CircuitChangeInfo
+		)
+		b := NewBreaker(BreakerConfig{OnStateChange: func(i CircuitChangeInfo) {
+			mu.Lock()
+			defer mu.Unlock()
+			changes = append(changes, i)
+		}})
+		next := newNext(reply{status: 200})
+		tr := New(next, WithBreaker(b))
+		key := "http://example.test"
+
+		b.Isolate(key)
+		_, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+		require.ErrorIs(t, err, ErrCircuitOpen)
+		assert.Contains(t, err.Error(), "isolated")
+		assert.Zero(t, next.calls())
+		snap := b.Snapshot()
+		require.Len(t, snap, 1)
+		assert.Equal(t, HostState{Key: key, State: StateOpen, Since: time.Now(), Isolated: true}, snap[0])
+
+		b.Reset(key)
+		resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+		require.NoError(t, err)
+		readBody(t, resp)
+		assert.Empty(t, b.Snapshot())
+		assert.Equal(t, StateClosed, b.Host(key).State)
+		mu.Lock()
+		assert.Equal(t, []CircuitChangeInfo{
+			{Key: key, From: StateClosed, To: StateOpen},
+			{Key: key, From: StateOpen, To: StateClosed},
+		}, changes)
+		mu.Unlock()
+
+		// Concurrent use: requests, isolations, resets and snapshots.
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Go(func() {
+				for i := range 200 {
+					switch (w + i) % 4 {
+					case 0:
+						b.Isolate(key)
+					case 1:
+						b.Reset(key)
+					case 2:
+						_ = b.Snapshot()
+					}
+					resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+					if err == nil {
+						resp.Body.Close()
+					} else if !errors.Is(err, ErrCircuitOpen) || !strings.Contains(err.Error(), "isolated") {
+						t.Error(err)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		b.Reset(key)
+		probes, sleepers := bkHeld(bkLane(b, key+"/"))
+		assert.Zero(t, probes+sleepers)
+	})
+}
