@@ -188,4 +188,3 @@ func (s State) String() string {
 	}
 	return "State(?)"
 }
-
