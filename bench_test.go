@@ -41,6 +41,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 		{"bare", next},
 		{"retryhttp", New(next)},
 		{"retryhttp-nobudget-nobreaker", New(next, WithBudget(nil), WithBreaker(nil))},
+		{"retryhttp-fleet", New(next, WithFleet(NewFleet(newMemStore(0), FleetConfig{})))},
 	}
 	ownGetBody := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(payload)), nil }
 	for _, method := range []string{http.MethodGet, http.MethodPut, "PUT-ownGetBody"} {

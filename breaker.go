@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"time"
 )
 
@@ -92,6 +93,7 @@ type BreakerConfig struct {
 // shared between transports and is safe for concurrent use; a request to a
 // host whose circuit is closed takes no lock.
 type Breaker struct {
+	fleet    atomic.Pointer[Fleet] // shares changes, when set
 	cfg      BreakerConfig
 	circuits bool // false: the lanes only keep policy memory, and never open
 	lanes    table[*lane]

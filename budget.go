@@ -71,6 +71,9 @@ type Budget struct {
 
 	global *bucket // nil when perHost
 	hosts  table[*bucket]
+
+	fleet  atomic.Pointer[Fleet] // shares the floor and cap out, when set
+	shares atomic.Int64          // the fleet's size: the floor and cap are divided by it; 0 means 1
 }
 
 // unit is the fixed-point scale of banked tokens: one token is a million
@@ -119,15 +122,38 @@ func NewBudget(c BudgetConfig) *Budget {
 type bucket struct {
 	banked atomic.Int64  // micro-tokens, 0 <= banked <= max
 	floor  *rate.Limiter // nil when there is no floor
-	max    int64
+	max    atomic.Int64  // micro-tokens: the budget's cap, divided by the fleet's size
 }
 
 func (b *Budget) newBucket() *bucket {
-	k := &bucket{max: b.max}
+	k := &bucket{}
 	if b.perSec > 0 {
 		k.floor = rate.NewLimiter(rate.Limit(b.perSec), int(math.Ceil(b.perSec)))
 	}
+	b.shareBucket(k, max(int(b.shares.Load()), 1))
 	return k
+}
+
+// share divides the floor, its burst and the cap of every bucket by n, the
+// number of processes sharing one host's retries through a Fleet.
+func (b *Budget) share(n int) {
+	n = max(n, 1)
+	b.shares.Store(int64(n))
+	if b.global != nil {
+		b.shareBucket(b.global, n)
+	}
+	for _, k := range b.hosts.values() {
+		b.shareBucket(k, n)
+	}
+}
+
+func (b *Budget) shareBucket(k *bucket, n int) {
+	k.max.Store(b.max / int64(n))
+	if k.floor != nil {
+		perSec := b.perSec / float64(n)
+		k.floor.SetLimit(rate.Limit(perSec))
+		k.floor.SetBurst(int(math.Ceil(perSec)))
+	}
 }
 
 // bucketFor returns the bucket of the host, creating it if needed.
@@ -146,8 +172,8 @@ func (b *Budget) deposit(k hostKey) {
 		return
 	}
 	bk := b.bucketFor(k)
-	for v := bk.banked.Load(); v < bk.max; v = bk.banked.Load() {
-		if bk.banked.CompareAndSwap(v, min(v+b.ratio, bk.max)) {
+	for v, most := bk.banked.Load(), bk.max.Load(); v < most; v = bk.banked.Load() {
+		if bk.banked.CompareAndSwap(v, min(v+b.ratio, most)) {
 			return
 		}
 	}

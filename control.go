@@ -86,11 +86,76 @@ func (b *Breaker) Reset(key string) {
 	b.changed(l, trs[1])
 }
 
-// changed reports a change an operator made.
+// changed reports a change an operator made: to OnStateChange only, as an
+// operator acts on each process by itself.
 func (b *Breaker) changed(l *lane, tr transition) {
+	b.notify(l, tr, false)
+}
+
+// notify reports a change of the lane to OnStateChange and, when local is
+// set and the breaker is shared through a Fleet, to the other processes.
+// It is called after the lane's lock is released.
+func (b *Breaker) notify(l *lane, tr transition, local bool) {
 	if tr.from != tr.to && b.cfg.OnStateChange != nil {
 		b.cfg.OnStateChange(CircuitChangeInfo{Key: l.key.String(), From: tr.from, To: tr.to, Until: tr.until})
 	}
+	f := b.fleet.Load()
+	if !local || f == nil {
+		return
+	}
+	c := Change{Key: l.key.String()}
+	switch {
+	case tr.to == StateOpen && tr.from != StateOpen:
+		c.Kind, c.For = ChangeOpen, time.Until(tr.until)
+	case tr.to == StateHeld:
+		c.Kind, c.For = ChangeHold, time.Until(tr.until)
+	case tr.to == StateClosed && tr.from != StateHeld:
+		c.Kind = ChangeClose
+	case tr.failing:
+		c.Kind, c.For = ChangeFailing, 2*b.cfg.Span
+	default:
+		return
+	}
+	f.announce(c)
+}
+
+// adopt applies a change another process announced: an open (extending
+// an open circuit here, never shortening it; opening a closed one only
+// when quorum is set), a close newer than this process's open episode, or
+// a hold. Adopted opens add a random extra of up to OpenFor, so that the
+// fleet half-opens with about one probe per open period, not one per
+// process. It reports whether anything changed.
+func (b *Breaker) adopt(c Change, quorum bool, now time.Time) bool {
+	k := parseKey(c.Key)
+	var (
+		l  *lane
+		tr transition
+	)
+	switch c.Kind {
+	case ChangeOpen:
+		if l = b.lanes.peek(k); l == nil && !quorum {
+			return false
+		}
+		if l == nil {
+			l = b.lane(k)
+		}
+		tr = l.adoptOpen(now, c.For+uniform(0, b.cfg.OpenFor), quorum)
+	case ChangeClose:
+		if l = b.lanes.peek(k); l == nil {
+			return false
+		}
+		tr = l.adoptClose(now, now.Add(-c.Age))
+	case ChangeHold:
+		l = b.lane(k)
+		tr = l.hold(now.Add(c.For))
+	default:
+		return false
+	}
+	if tr.from == tr.to && !tr.extended {
+		return false
+	}
+	b.notify(l, tr, false)
+	return true
 }
 
 // state returns the lane's state as an operator sees it; a hold whose time

@@ -70,6 +70,7 @@ type lane struct {
 	fails     int       // failures in the period; guarded by mu
 	changed   time.Time // when the circuit last changed state; guarded by mu
 	openUntil time.Time // when an open circuit may half-open; guarded by mu
+	episode   time.Time // when the circuit last opened; guarded by mu
 	isolated  bool      // open until an operator resets it; guarded by mu
 	holdUntil time.Time // no attempt before then, while the held bit is set; guarded by mu
 	heldSince time.Time // guarded by mu
@@ -111,6 +112,8 @@ type ticket struct {
 type transition struct {
 	from, to State
 	until    time.Time
+	failing  bool // a failure period began: the fleet is told, nobody else
+	extended bool // an open circuit's time was extended by another process
 }
 
 // transitions holds the changes one call made: at most two (a hold ending
@@ -223,26 +226,30 @@ func (l *lane) record(tk ticket, o outcome) transition {
 // failure has persisted over the span.
 func (l *lane) failLocked(now time.Time) transition {
 	c := &l.b.cfg
+	var tr transition
 	if !l.failing.Load() || now.Sub(l.since) > 2*c.Span {
 		// A new failure period: the first failure, or an old period that
 		// never tripped.
 		l.resetPeriodLocked()
 		l.since = now
 		l.failing.Store(true)
+		tr.failing = true
 	}
 	l.fails++
 	total := l.fails + int(l.succ.Load())
 	if now.Sub(l.since) >= c.Span && l.fails >= c.MinFailures &&
 		float64(l.fails) >= c.FailureRatio*float64(total) {
-		return l.openLocked(now, c.OpenFor+uniform(0, c.OpenJitter))
+		tr = l.openLocked(now, c.OpenFor+uniform(0, c.OpenJitter))
+		tr.failing = true // an open reports the failure that caused it
 	}
-	return transition{}
+	return tr
 }
 
 // openLocked opens the circuit for d, and wakes every request sleeping
 // toward the key.
 func (l *lane) openLocked(now time.Time, d time.Duration) transition {
 	l.openUntil = now.Add(d)
+	l.episode = now
 	l.resetPeriodLocked()
 	l.probes = 0 // as on closing: the half-open period's probes are over
 	if l.opened != nil && l.opened != closedChan {
@@ -268,6 +275,42 @@ func (l *lane) setLocked(s State, now time.Time) transition {
 	l.word.Store((gen+1)<<stateBits | w&heldBit | uint64(s))
 	l.changed = now
 	return transition{from: from, to: s}
+}
+
+// adoptOpen applies another process's open: it extends an open circuit's
+// time, never shortens it, and opens a circuit that is not open when
+// quorum is set or when it is half-open (its own episode is under way).
+func (l *lane) adoptOpen(now time.Time, d time.Duration, quorum bool) transition {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	state, _ := unpack(l.word.Load())
+	until := now.Add(d)
+	switch {
+	case l.isolated:
+		return transition{}
+	case state == StateOpen:
+		if !until.After(l.openUntil) {
+			return transition{}
+		}
+		l.openUntil = until
+		return transition{from: StateOpen, to: StateOpen, until: until, extended: true}
+	case state == StateClosed && !quorum:
+		return transition{}
+	}
+	return l.openLocked(now, d)
+}
+
+// adoptClose applies another process's close that happened at at: only a
+// close newer than this process's open episode closes the circuit.
+func (l *lane) adoptClose(now, at time.Time) transition {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if state, _ := unpack(l.word.Load()); state == StateClosed || l.isolated || !l.episode.Before(at) {
+		return transition{}
+	}
+	l.resetPeriodLocked()
+	l.probes = 0
+	return l.setLocked(StateClosed, now)
 }
 
 // hold holds the key until until, or keeps a longer hold: a hold is never

@@ -31,6 +31,7 @@ type Transport struct {
 	keyFunc func(*http.Request) string
 	// localOpen: a request an open circuit refuses gets a local 503.
 	localOpen bool
+	fleet     *Fleet // nil: this process alone
 	// lanes holds per-host memory: the breaker's own lanes, or, without a
 	// breaker, lanes whose circuits never open, so that a policy's memory
 	// of a host does not depend on whether a breaker is configured.
@@ -78,6 +79,9 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 		o.apply(t)
 	}
 	t.s.stateful = stateful(t.s.policy)
+	if t.fleet != nil {
+		t.fleet.attach(t.breaker, t.budget)
+	}
 	t.lanes = t.breaker
 	if t.lanes == nil {
 		t.lanes = newLanes(BreakerConfig{}, false)
@@ -382,15 +386,16 @@ func (r *retrier) wrap(attemptErr error, reason Reason, cause error) error {
 // lock has been released.
 func (r *retrier) report(tr transition) {
 	if tr.from == tr.to {
+		if tr.failing {
+			r.lane.b.notify(r.lane, tr, true) // for the fleet only
+		}
 		return
 	}
 	info := CircuitChangeInfo{Key: r.key.String(), From: tr.from, To: tr.to, Until: tr.until}
 	if r.hooks.any() {
 		fire(r.hooks, (*Hooks).circuitChange, info)
 	}
-	if f := r.lane.b.cfg.OnStateChange; f != nil {
-		f(info)
-	}
+	r.lane.b.notify(r.lane, tr, true)
 }
 
 // admit asks the key's circuit and hold to let the next attempt through.

@@ -2,7 +2,9 @@
 // retryhttp.Transport against an in-memory endpoint, so that it can run in
 // virtual time inside a testing/synctest bubble: N deliveries, one request
 // each, to one endpoint that fails completely for an outage and then
-// recovers at once.
+// recovers at once. With Scenario.Redrive set, each delivery is instead an
+// entry in a dispatcher's queue, sent again at the instant RetryAt advises
+// until it is delivered or its give-up horizon passes.
 package herdsim
 
 import (
@@ -27,6 +29,20 @@ type Scenario struct {
 	Status     int                // the failure status; 0 means 503
 	RetryAfter string             // Retry-After sent with each failure; "" sends none
 	Options    []retryhttp.Option // the transport's options
+	// Redrive, when positive, makes every delivery a dispatcher's queue
+	// entry rather than a single call: whenever RoundTrip hands back a
+	// failure (an error, or a response other than 200), the delivery asks
+	// the transport's RetryAt and calls RoundTrip again, with a fresh
+	// request, at exactly the instant advised (at once if the instant has
+	// passed; never earlier), until it is delivered or the next instant
+	// falls after Redrive from t = 0, the give-up horizon. 0: one call.
+	Redrive time.Duration
+	// RedriveFallback draws the wait before redrive n (n >= 1: the first
+	// redrive of a delivery is n = 1) when RetryAt gives the zero time, as
+	// it does for an outcome nothing explains; the prev argument is 0. nil
+	// means retryhttp.FullJitter{} (Base 200 ms, Cap 30 s): a dispatcher
+	// falls back on the spread its transport's default policy uses.
+	RedriveFallback retryhttp.Policy
 }
 
 // Result is what the endpoint and the callers saw.
@@ -41,8 +57,17 @@ type Result struct {
 	Wasted          int            // retries that did not succeed
 	PerBucket       []int          // attempts the endpoint received per 100 ms bucket
 	FirstAtZero     int            // first attempts that arrived at t = 0
-	CircuitOpen     int            // deliveries refused or woken by an open circuit
+	CircuitOpen     int            // deliveries refused or woken by an open circuit (at least once, with Redrive)
 	End             time.Duration  // when the last caller returned
+	// With Redrive: Redrives counts calls to RoundTrip after a delivery's
+	// first, Advice what RetryAt answered to each failure (by reason,
+	// AdviceNone counting the zero time, which the fallback replaced),
+	// AtOnce the advised instants that had already come, and GaveUp the
+	// deliveries whose next instant fell past the horizon.
+	Redrives int
+	Advice   map[retryhttp.Advice]int
+	AtOnce   int
+	GaveUp   int
 }
 
 // Run runs s and returns what was seen. It must be called inside a
@@ -68,33 +93,98 @@ func Run(s Scenario) Result {
 		opened int
 		end    time.Duration
 	)
+	var (
+		redrives, atOnce, gaveUp int
+		advice                   = map[retryhttp.Advice]int{}
+	)
+	fallback := s.RedriveFallback
+	if fallback == nil {
+		fallback = retryhttp.FullJitter{}
+	}
+	horizon := ep.start.Add(s.Redrive)
 	for i := range s.Deliveries {
 		wg.Go(func() {
 			ctx := context.WithValue(context.Background(), deliveryKey{}, i)
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://tenant.test/hook", nil)
-			if err != nil {
-				panic(err)
-			}
-			resp, err := tr.RoundTrip(req)
-			at := time.Since(ep.start)
 			done[i] = -1
-			if err == nil {
-				if resp.StatusCode == http.StatusOK {
-					done[i] = at
+			refused := false
+			// Each pass is one call to RoundTrip. Without Redrive there is
+			// one; with it, the next instant is RetryAt's, which is never
+			// before now, and the loop ends when an instant falls past the
+			// horizon. An instant that is now takes no virtual time, so
+			// the passes are also bounded by count, at a number no run
+			// reaches (Redrives tells how many there were).
+			for pass := 0; pass <= maxRedrives; pass++ {
+				req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://tenant.test/hook", nil)
+				if err != nil {
+					panic(err)
 				}
-				resp.Body.Close()
+				resp, err := tr.RoundTrip(req)
+				at := time.Since(ep.start)
+				ok := err == nil && resp.StatusCode == http.StatusOK
+				if err != nil && errors.Is(err, retryhttp.ErrCircuitOpen) {
+					refused = true
+				}
+				var next time.Time
+				var why retryhttp.Advice
+				if !ok && s.Redrive > 0 {
+					// Asked when the failure comes back, before the body is
+					// closed, as RetryAt's documentation says.
+					next, why = tr.RetryAt(resp, err)
+					if next.IsZero() {
+						next = time.Now().Add(fallback.Delay(pass+1, 0))
+					}
+				}
+				if err == nil {
+					resp.Body.Close()
+				}
+				mu.Lock()
+				end = max(end, at)
+				if s.Redrive > 0 && !ok {
+					advice[why]++
+				}
+				mu.Unlock()
+				if ok {
+					done[i] = at
+					break
+				}
+				if s.Redrive <= 0 {
+					break
+				}
+				if next.After(horizon) || pass == maxRedrives {
+					mu.Lock()
+					gaveUp++
+					mu.Unlock()
+					break
+				}
+				if wait := time.Until(next); wait > 0 {
+					time.Sleep(wait) // virtual time: wakes at exactly next
+				} else {
+					mu.Lock()
+					atOnce++
+					mu.Unlock()
+				}
+				mu.Lock()
+				redrives++
+				mu.Unlock()
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && errors.Is(err, retryhttp.ErrCircuitOpen) {
+			if refused {
+				mu.Lock()
 				opened++
+				mu.Unlock()
 			}
-			end = max(end, at)
 		})
 	}
 	wg.Wait()
-	return ep.result(s, done, opened, end)
+	r := ep.result(s, done, opened, end)
+	if s.Redrive > 0 {
+		r.Redrives, r.Advice, r.AtOnce, r.GaveUp = redrives, advice, atOnce, gaveUp
+	}
+	return r
 }
+
+// maxRedrives bounds the calls to RoundTrip one delivery makes after its
+// first, whatever RetryAt answers.
+const maxRedrives = 100_000
 
 type deliveryKey struct{}
 

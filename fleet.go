@@ -1,0 +1,301 @@
+package retryhttp
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Store carries what processes learn about keys from one to the others:
+// a shared store such as Redis (the module
+// github.com/retryhttp/retryhttp/redisstate implements it on go-redis). A
+// Fleet calls it from its own goroutines only, never on a request's path,
+// so a slow or dead store slows no request. Implementations must be safe
+// for concurrent use.
+//
+// Times travel as durations measured by the store's own clock when it
+// receives or hands out a change (an open that ends in 7 s), never as
+// instants compared between machines whose clocks differ.
+type Store interface {
+	// Announce records one change this process made and passes it to the
+	// other processes' watchers. For an Open, the store fills in
+	// Reporters: how many distinct instances announced Failing for the key
+	// within their windows, this one included if it did.
+	Announce(ctx context.Context, c Change) error
+	// Watch calls apply for each change another process announces; and,
+	// when it (re)connects and periodically, with every key's current
+	// state (an Open or a Hold with its time left) and every live instance
+	// (an Alive), so that a process that started late or lost its
+	// connection catches up. It returns when ctx ends, or with an error
+	// when it cannot go on.
+	Watch(ctx context.Context, apply func(Change)) error
+}
+
+// ChangeKind says what a Change announces.
+type ChangeKind int
+
+// The kinds of change.
+const (
+	// ChangeAlive: the instance is alive; For is how long to count it.
+	ChangeAlive ChangeKind = iota + 1
+	// ChangeFailing: the instance saw the key fail; For is how long the
+	// report counts (the breaker's failure window).
+	ChangeFailing
+	// ChangeOpen: the key's circuit opened for For; Reporters is how many
+	// instances reported it failing.
+	ChangeOpen
+	// ChangeClose: the key's circuit closed Age ago.
+	ChangeClose
+	// ChangeHold: the key is held for For by a server's Retry-After.
+	ChangeHold
+)
+
+// Change is one fact a process shares about a key, or about itself.
+type Change struct {
+	Kind      ChangeKind
+	Instance  string        // the announcing process
+	Key       string        // the key, as hooks and errors report it; "" for ChangeAlive
+	For       time.Duration // ChangeAlive, ChangeFailing, ChangeOpen, ChangeHold: how long from now
+	Age       time.Duration // ChangeClose: how long ago
+	Reporters int           // ChangeOpen: distinct instances that reported the key failing
+}
+
+// FleetConfig configures a Fleet. The zero value means every default.
+type FleetConfig struct {
+	// Instance names this process to the others; "" means a random name.
+	Instance string
+	// Quorum is how many distinct instances must have reported a key
+	// failing within the breaker's window before an open announced by
+	// another instance is adopted here, so that one misbehaving instance
+	// cannot open every other one's circuits. 0 means 2, or 1 while the
+	// fleet has one or two members.
+	Quorum int
+	// Heartbeat is how often this process says it is alive; an instance
+	// not heard from for three heartbeats is no longer counted. 0 means
+	// 2 s.
+	Heartbeat time.Duration
+	// Timeout bounds each call to the store. 0 means 1 s.
+	Timeout time.Duration
+	// Queue is how many announcements wait for the store; when it is full
+	// the oldest is dropped (counted in FleetStats.Dropped). 0 means 1024.
+	Queue int
+}
+
+// Fleet shares, through a Store, what the Breakers and Budgets of several
+// processes learn: a key's circuit opening and closing, a key's hold, and
+// the size of the fleet, by which each process divides its budget's floor
+// and cap. It does not share per-request counts, deposits and withdrawals,
+// a policy's memory or Stats. Requests read only local memory: changes
+// travel in the background, and a store that is slow, paused or down
+// leaves each process behaving as it would alone (its fleet size decays
+// back to 1 as heartbeats stop).
+//
+// Create one with NewFleet, attach it with WithFleet, and run it with Run
+// for as long as the transports are used. It is safe for concurrent use.
+type Fleet struct {
+	store Store
+	cfg   FleetConfig
+	queue chan Change
+
+	mu       sync.Mutex
+	breakers []*Breaker
+	budgets  []*Budget
+	seen     map[string]time.Time // other instances: when each counts until, by the local clock
+
+	size                         atomic.Int64
+	announced, dropped, received atomic.Uint64
+	adopted                      atomic.Uint64
+}
+
+// FleetStats counts what a Fleet did.
+type FleetStats struct {
+	Size      int    // instances counted alive, this one included
+	Announced uint64 // changes the store accepted
+	Dropped   uint64 // changes dropped: the queue was full, or the store failed
+	Received  uint64 // changes received from other instances
+	Adopted   uint64 // of those, changes applied to a local circuit or hold
+}
+
+// NewFleet returns a Fleet that shares through s, configured by c.
+func NewFleet(s Store, c FleetConfig) *Fleet {
+	if c.Instance == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		c.Instance = hex.EncodeToString(b[:])
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = 2 * time.Second
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = time.Second
+	}
+	if c.Queue <= 0 {
+		c.Queue = 1024
+	}
+	f := &Fleet{store: s, cfg: c, queue: make(chan Change, c.Queue), seen: map[string]time.Time{}}
+	f.size.Store(1)
+	return f
+}
+
+// WithFleet shares the transport's breaker and budget through f. nil means
+// none (the default).
+func WithFleet(f *Fleet) Option {
+	return transportOption("WithFleet", func(t *Transport) { t.fleet = f })
+}
+
+// attach makes f share b and bu; either may be nil.
+func (f *Fleet) attach(b *Breaker, bu *Budget) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if b != nil && b.fleet.CompareAndSwap(nil, f) {
+		f.breakers = append(f.breakers, b)
+	}
+	if bu != nil && bu.fleet.CompareAndSwap(nil, f) {
+		f.budgets = append(f.budgets, bu)
+		bu.share(int(f.size.Load()))
+	}
+}
+
+// Stats returns what the fleet has done so far.
+func (f *Fleet) Stats() FleetStats {
+	return FleetStats{Size: int(f.size.Load()), Announced: f.announced.Load(), Dropped: f.dropped.Load(),
+		Received: f.received.Load(), Adopted: f.adopted.Load()}
+}
+
+// Run shares changes until ctx ends: it sends this process's changes and
+// heartbeats to the store, and applies the others'. It returns when ctx
+// ends and its goroutines have stopped.
+func (f *Fleet) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Go(func() { f.announceLoop(ctx) })
+	wg.Go(func() { f.watchLoop(ctx) })
+	wg.Go(func() { f.heartbeatLoop(ctx) })
+	wg.Wait()
+	return ctx.Err()
+}
+
+// announce queues c for the store without blocking: when the queue is full
+// the oldest change is dropped.
+func (f *Fleet) announce(c Change) {
+	c.Instance = f.cfg.Instance
+	for {
+		select {
+		case f.queue <- c:
+			return
+		default:
+		}
+		select {
+		case <-f.queue:
+			f.dropped.Add(1)
+		default:
+		}
+	}
+}
+
+func (f *Fleet) announceLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case c := <-f.queue:
+			cctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
+			if err := f.store.Announce(cctx, c); err != nil {
+				f.dropped.Add(1)
+			} else {
+				f.announced.Add(1)
+			}
+			cancel()
+		}
+	}
+}
+
+func (f *Fleet) watchLoop(ctx context.Context) {
+	backoff := FullJitter{Base: 100 * time.Millisecond, Cap: 5 * time.Second}
+	for n := 1; ctx.Err() == nil; n++ {
+		if err := f.store.Watch(ctx, f.apply); err == nil || ctx.Err() != nil {
+			return
+		}
+		// The store failed: try again, spread, as any retry should be.
+		if sleep(ctx, backoff.Delay(n, 0), nil) != nil {
+			return
+		}
+	}
+}
+
+func (f *Fleet) heartbeatLoop(ctx context.Context) {
+	tick := time.NewTicker(f.cfg.Heartbeat)
+	defer tick.Stop()
+	for {
+		f.announce(Change{Kind: ChangeAlive, For: 3 * f.cfg.Heartbeat})
+		f.recount(time.Now())
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// recount sets the fleet's size from the instances heard from lately, and
+// shares each budget's floor and cap out by it.
+func (f *Fleet) recount(now time.Time) {
+	f.mu.Lock()
+	n := 1
+	for id, until := range f.seen {
+		if now.Before(until) {
+			n++
+		} else {
+			delete(f.seen, id)
+		}
+	}
+	changed := f.size.Swap(int64(n)) != int64(n)
+	budgets := f.budgets
+	f.mu.Unlock()
+	if changed {
+		for _, b := range budgets {
+			b.share(n)
+		}
+	}
+}
+
+// quorum returns how many reporters an adopted open needs.
+func (f *Fleet) quorum() int {
+	if f.cfg.Quorum > 0 {
+		return f.cfg.Quorum
+	}
+	if f.size.Load() <= 2 {
+		return 1
+	}
+	return 2
+}
+
+// apply applies a change from another instance.
+func (f *Fleet) apply(c Change) {
+	if c.Instance == f.cfg.Instance {
+		return
+	}
+	f.received.Add(1)
+	now := time.Now()
+	if c.Kind == ChangeAlive {
+		f.mu.Lock()
+		_, known := f.seen[c.Instance]
+		f.seen[c.Instance] = now.Add(c.For)
+		f.mu.Unlock()
+		if !known {
+			f.recount(now)
+		}
+		return
+	}
+	quorum := c.Reporters >= f.quorum()
+	f.mu.Lock()
+	breakers := f.breakers
+	f.mu.Unlock()
+	for _, b := range breakers {
+		if b.adopt(c, quorum, now) {
+			f.adopted.Add(1)
+		}
+	}
+}
