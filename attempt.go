@@ -21,6 +21,7 @@ func (r *retrier) attempt() (*http.Response, error) {
 		r.queued = nil // the next RoundTripper closes its body
 		resp, err := r.sendWithTimeout(areq)
 		r.resp = resp
+		r.releaseSlot()
 		return resp, err
 	}
 	// Until it is sent (AttemptStart may panic) the body is the
@@ -30,6 +31,7 @@ func (r *retrier) attempt() (*http.Response, error) {
 	start := time.Now()
 	resp, err := r.sendWithTimeout(areq)
 	r.resp = resp
+	r.releaseSlot()
 	done := AttemptDoneInfo{Request: r.req, Attempt: r.attempts, Err: err, Duration: time.Since(start)}
 	if resp != nil {
 		done.Status = resp.StatusCode

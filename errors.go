@@ -38,6 +38,9 @@ const (
 	// ReasonHeld: the key is held by a server's long Retry-After beyond
 	// what the request could wait.
 	ReasonHeld
+	// ReasonConcurrencyLimit: the key had as many attempts in flight as
+	// WithConcurrencyLimit allows, which refuses the rest.
+	ReasonConcurrencyLimit
 )
 
 var reasonNames = [...]string{
@@ -51,6 +54,7 @@ var reasonNames = [...]string{
 	ReasonCircuitOpen:       "circuit open",
 	ReasonContextDone:       "context done",
 	ReasonHeld:              "held",
+	ReasonConcurrencyLimit:  "concurrency limit",
 }
 
 // String returns the reason in a few words, such as "attempts used".

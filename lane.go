@@ -1,6 +1,7 @@
 package retryhttp
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"sync/atomic"
@@ -54,7 +55,7 @@ type lane struct {
 	key hostKey // the table's own copy
 	// word is the state in its low 2 bits, the held flag in bit 2 and the
 	// generation above them, so that one atomic load tells a request all
-	// three. The generation grows at every change of circuit state; an
+	// of them; bit 3 says the key's send rate is limited (pace). The generation grows at every change of circuit state; an
 	// outcome from an earlier generation is ignored (a request admitted
 	// before the circuit opened must not count against the next closed
 	// period).
@@ -64,6 +65,10 @@ type lane struct {
 	failing atomic.Bool
 	succ    atomic.Int64 // successes during the failure period
 	prev    atomic.Int64 // previous delay drawn for this key, for DecorrelatedJitter
+	// pace limits the key's send rate after it throttled; nil, with the
+	// paced bit clear, for a key that never did (or recovered since).
+	pace  atomic.Pointer[pacer]
+	slots atomic.Pointer[slots] // attempts in flight, with WithConcurrencyLimit
 
 	mu        sync.Mutex
 	since     time.Time // first failure of the period; guarded by mu
@@ -83,8 +88,10 @@ type lane struct {
 }
 
 const (
-	stateBits = 3      // state and held flag
-	heldBit   = 1 << 2 // in word
+	stateBits = 4      // state, held and paced flags
+	heldBit   = 1 << 2 // in word: a hold is in force
+	pacedBit  = 1 << 3 // in word: the key's send rate is limited (see pacer)
+	flagBits  = heldBit | pacedBit
 )
 
 // closedChan is the opened channel of every open circuit.
@@ -105,6 +112,7 @@ func unpack(w uint64) (State, uint64) { return State(w & 3), w >> stateBits }
 type ticket struct {
 	gen   uint64
 	probe bool
+	paced bool // the key's send rate is limited: wait for the pacer
 }
 
 // transition is a change of state, returned so that it can be reported
@@ -137,12 +145,16 @@ func (e *heldError) Is(target error) bool { return target == ErrHeld }
 // allow admits an attempt or refuses it: with ErrCircuitOpen (or the
 // isolation) while the circuit is open or its probes are taken, with a
 // *heldError while the key is held. A closed circuit with no hold admits
-// with one atomic load.
+// with one atomic load. An admitted attempt to a paced key must still wait
+// for the key's send rate (ticket.paced).
 func (l *lane) allow() (ticket, transitions, error) {
 	var trs transitions
 	w := l.word.Load()
 	if w&(1<<stateBits-1) == 0 {
 		return ticket{gen: w >> stateBits}, trs, nil
+	}
+	if w&(1<<stateBits-1) == pacedBit {
+		return ticket{gen: w >> stateBits, paced: true}, trs, nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -166,12 +178,13 @@ func (l *lane) allow() (ticket, transitions, error) {
 		l.probes = 0
 		state, gen = unpack(l.word.Load())
 	}
+	paced := l.word.Load()&pacedBit != 0
 	switch {
 	case state == StateClosed:
-		return ticket{gen: gen}, trs, nil
+		return ticket{gen: gen, paced: paced}, trs, nil
 	case l.probes < l.b.cfg.Probes:
 		l.probes++
-		return ticket{gen: gen, probe: true}, trs, nil
+		return ticket{gen: gen, probe: true, paced: paced}, trs, nil
 	}
 	return ticket{}, trs, ErrCircuitOpen
 }
@@ -272,7 +285,7 @@ func (l *lane) resetPeriodLocked() {
 func (l *lane) setLocked(s State, now time.Time) transition {
 	w := l.word.Load()
 	from, gen := unpack(w)
-	l.word.Store((gen+1)<<stateBits | w&heldBit | uint64(s))
+	l.word.Store((gen+1)<<stateBits | w&flagBits | uint64(s))
 	l.changed = now
 	return transition{from: from, to: s}
 }
@@ -341,6 +354,75 @@ func (l *lane) unholdLocked() transition {
 	l.holdUntil, l.heldSince = time.Time{}, time.Time{}
 	to, _ := unpack(w)
 	return transition{from: StateHeld, to: to}
+}
+
+// throttle cuts the key's send rate after a throttling answer to an
+// attempt sent at pacer generation gen, and starts pacing the key if it
+// was not.
+func (l *lane) throttle(now time.Time, gen uint64) {
+	p := l.pace.Load()
+	if p == nil {
+		l.mu.Lock()
+		if p = l.pace.Load(); p == nil {
+			p = newPacer(now)
+			l.pace.Store(p)
+			l.word.Store(l.word.Load() | pacedBit)
+		}
+		l.mu.Unlock()
+	}
+	p.throttle(now, gen)
+}
+
+// waitPace waits for the key's send rate, and returns the generation to
+// send at. A pacer that no longer limits anything is dropped, and the key
+// costs nothing again.
+func (l *lane) waitPace(ctx context.Context) (uint64, error) {
+	p := l.pace.Load()
+	if p == nil {
+		return 0, nil
+	}
+	gen, err := p.wait(ctx)
+	if err == nil {
+		p.mu.Lock()
+		free := p.free(time.Now())
+		p.mu.Unlock()
+		if free {
+			l.mu.Lock()
+			if l.pace.CompareAndSwap(p, nil) {
+				l.word.Store(l.word.Load() &^ pacedBit)
+			}
+			l.mu.Unlock()
+		}
+	}
+	return gen, err
+}
+
+// paceSuccess tells the key's pacer, if any, of a normal answer to an
+// attempt sent at gen.
+func (l *lane) paceSuccess(gen uint64) {
+	if p := l.pace.Load(); p != nil {
+		p.success(gen)
+	}
+}
+
+// slotsOf returns the key's attempts in flight, made on first use.
+func (l *lane) slotsOf() *slots {
+	if s := l.slots.Load(); s != nil {
+		return s
+	}
+	l.slots.CompareAndSwap(nil, &slots{})
+	return l.slots.Load()
+}
+
+// paceGen returns the current pacer generation, 0 if the key is not paced.
+func (l *lane) paceGen() uint64 {
+	p := l.pace.Load()
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gen
 }
 
 // sleepStart returns a channel that is closed when the circuit opens (at
@@ -412,6 +494,22 @@ func (l *lane) idle(now time.Time) bool {
 	w := l.word.Load()
 	if l.probes != 0 || l.sleepers != 0 || l.isolated || (w&heldBit != 0 && now.Before(l.holdUntil)) {
 		return false
+	}
+	if p := l.pace.Load(); p != nil {
+		p.mu.Lock()
+		free := p.free(now)
+		p.mu.Unlock()
+		if !free {
+			return false
+		}
+	}
+	if s := l.slots.Load(); s != nil {
+		s.mu.Lock()
+		busy := s.inFlight > 0
+		s.mu.Unlock()
+		if busy {
+			return false
+		}
 	}
 	switch state, _ := unpack(w); state {
 	case StateClosed:

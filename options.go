@@ -3,6 +3,7 @@ package retryhttp
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 )
 
@@ -148,6 +149,37 @@ func WithAttemptTimeout(d time.Duration) Option {
 		d = max(d, minAttemptTimeout)
 	}
 	return requestOption("WithAttemptTimeout", func(s *settings) { s.attemptTimeout = d })
+}
+
+// WithAdaptiveRate sets the statuses that limit a key's send rate: an
+// answer with one of them and no usable Retry-After (the server said "too
+// many" but not when to come back) cuts the rate at which attempts to the
+// key leave, first attempts and retries alike, to 0.7 of what it was; the
+// rate then grows back along a CUBIC curve (RFC 9438) while the key answers
+// normally, and pacing ends once it has grown well past what was
+// throttled. Attempts to a paced key wait their turn, first come first
+// served; the wait ends with the request's context, and a request whose
+// deadline the queue ahead cannot fit returns at once. The default is 429
+// only: a 503 without Retry-After may be an outage, the breaker's business;
+// add it with WithAdaptiveRate(429, 503). No status turns it off. A key
+// that has never been throttled costs nothing.
+func WithAdaptiveRate(statuses ...int) Option {
+	statuses = slices.Clone(statuses)
+	return requestOption("WithAdaptiveRate", func(s *settings) { s.throttleOn = statuses })
+}
+
+// WithConcurrencyLimit allows at most n attempts in flight (sent, response
+// headers not yet back) to one key, so that one slow tenant cannot hold
+// every connection and goroutine of the caller (a bulkhead). Attempts over
+// the limit wait their turn, until the request's context ends; with refuse
+// set they are refused at once instead, with an Error wrapping
+// ErrConcurrencyLimit, so that a dispatcher moves on to other work. 0 turns
+// it off (the default).
+func WithConcurrencyLimit(n int, refuse bool) Option {
+	nonNegative("WithConcurrencyLimit", n)
+	return transportOption("WithConcurrencyLimit", func(t *Transport) {
+		t.s.maxInFlight, t.s.refuseInFlight = n, refuse
+	})
 }
 
 // WithKey sets what a request's circuit, hold and per-host budget are kept

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
@@ -50,6 +51,9 @@ type settings struct {
 	idempotentIf     func(*http.Request) bool
 	bodyBuffer       int64
 	attemptTimeout   time.Duration
+	throttleOn       []int // statuses that cut a key's send rate when they come without Retry-After
+	maxInFlight      int   // attempts in flight per key; 0: no limit
+	refuseInFlight   bool  // refuse an attempt over maxInFlight rather than wait
 }
 
 // New returns a Transport that sends requests through next, or through
@@ -71,6 +75,7 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 			retryAfterSpread: DefaultRetryAfterSpread,
 			retryIf:          DefaultRetryIf,
 			idempotentIf:     DefaultIdempotentIf,
+			throttleOn:       []int{http.StatusTooManyRequests},
 		},
 		budget:  NewBudget(BudgetConfig{}),
 		breaker: NewBreaker(BreakerConfig{}),
@@ -121,7 +126,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.budget != nil {
 		t.budget.deposit(r.key)
 	}
-	if t.breaker != nil || r.s.stateful {
+	if t.breaker != nil || r.s.stateful || r.s.maxInFlight > 0 {
 		r.lane = t.lanes.lane(r.key)
 	}
 	defer r.unwind()
@@ -184,6 +189,7 @@ func (r *retrier) unwind() {
 		r.admitted = false
 		r.lane.record(r.ticket, outcomeNone)
 	}
+	r.releaseSlot()
 	if r.resp != nil {
 		r.resp.Body.Close()
 	}
@@ -210,6 +216,8 @@ type retrier struct {
 	resp     *http.Response
 	queued   *http.Request
 	admitted bool
+	slot     bool   // a place among the key's attempts in flight
+	paceGen  uint64 // the key's pacer generation the latest attempt went at
 	// tracked: the bodies come from a GetBody that may hand out one shared
 	// reader again and again, so each attempt's body is a sentBody,
 	// released before the next attempt takes its own.
@@ -229,6 +237,9 @@ func (r *retrier) record(v verdict, resp *http.Response) serverWait {
 	if r.admitted {
 		r.admitted = false
 		r.report(r.lane.record(r.ticket, v.host))
+		if r.ticket.paced && v.host == outcomeSuccess {
+			r.lane.paceSuccess(r.paceGen)
+		}
 	}
 	var w serverWait
 	if v.retry && resp != nil {
@@ -244,6 +255,10 @@ func (r *retrier) record(v verdict, resp *http.Response) serverWait {
 			// A long wait asked for holds the whole key, never past the
 			// clamp.
 			r.report(r.lane.hold(now.Add(w.d)))
+		}
+		if !w.ok && r.lane != nil && slices.Contains(r.s.throttleOn, resp.StatusCode) {
+			// "Too many" with no instant to come back: send slower.
+			r.lane.throttle(now, r.paceGen)
 		}
 	}
 	return w
@@ -418,8 +433,9 @@ func (r *retrier) admit() error {
 		if !ok {
 			if err != nil {
 				r.t.stats.circuitRejected.Add(1)
+				return err
 			}
-			return err
+			return r.admitPaced(tk.paced)
 		}
 		r.t.stats.held.Add(1)
 		wait := time.Until(held.until) + uniform(0, r.s.retryAfterSpread)
@@ -434,6 +450,38 @@ func (r *retrier) admit() error {
 	}
 }
 
+// admitPaced finishes an admission the circuit granted: it waits for the
+// key's send rate, if the key is paced, and takes a place among its
+// attempts in flight, if they are limited. If either fails, the circuit's
+// admission is given back.
+func (r *retrier) admitPaced(paced bool) error {
+	ctx := r.req.Context()
+	var err error
+	if paced {
+		r.paceGen, err = r.lane.waitPace(ctx)
+	} else {
+		r.paceGen = 0
+	}
+	if err == nil && r.s.maxInFlight > 0 {
+		err = r.lane.slotsOf().acquire(ctx, r.s.maxInFlight, r.s.refuseInFlight)
+		r.slot = err == nil
+	}
+	if err != nil {
+		r.admitted = false
+		r.report(r.lane.record(r.ticket, outcomeNone))
+	}
+	return err
+}
+
+// releaseSlot gives back the request's place among its key's attempts in
+// flight, if it holds one.
+func (r *retrier) releaseSlot() {
+	if r.slot {
+		r.slot = false
+		r.lane.slotsOf().release()
+	}
+}
+
 // admitReason names why admission failed.
 func admitReason(err error) Reason {
 	switch {
@@ -441,6 +489,10 @@ func admitReason(err error) Reason {
 		return ReasonHeld
 	case errors.Is(err, ErrCircuitOpen):
 		return ReasonCircuitOpen
+	case errors.Is(err, ErrConcurrencyLimit):
+		return ReasonConcurrencyLimit
+	case err == errPaced:
+		return ReasonDeadline
 	}
 	return ReasonContextDone
 }
