@@ -19,15 +19,15 @@ var ErrBudgetExhausted = errors.New("retryhttp: retry budget exhausted")
 // Budget defaults.
 const (
 	// DefaultBudgetRatio lets retries add at most 10% to the load that
-	// original requests make (the seed's budget, which cut wasted attempts by
-	// 90%).
+	// original requests make: in a herd of 10,000 deliveries failing for
+	// 20 s it cuts the wasted attempts by about 90% (internal/herdsim).
 	DefaultBudgetRatio = 0.1
 	// DefaultBudgetMinPerSecond lets a quiet client still retry, ten times a
 	// second, when it has made too few requests to earn tokens.
 	DefaultBudgetMinPerSecond = 10
 	// DefaultBudgetMaxTokens caps the tokens banked from deposits: what a
-	// batch of 10,000 deliveries (the seed's fan-out) earns at the default
-	// ratio, and gRPC's largest retry-throttling maxTokens. It bounds how
+	// batch of 10,000 deliveries earns at the default ratio, and gRPC's
+	// largest retry-throttling maxTokens. It bounds how
 	// many retries a long healthy spell can save up for the next outage.
 	DefaultBudgetMaxTokens = 1000
 )

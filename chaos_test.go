@@ -138,7 +138,7 @@ func chaosDo(ctx context.Context, client *http.Client, method, url string, body 
 	return resp.StatusCode, b, err
 }
 
-// TestChaosPostWithoutKeyIsSentOnce: rule 2, a request that may not be
+// TestChaosPostWithoutKeyIsSentOnce: a request that may not be
 // retried is sent exactly once, here 1,000 POSTs without an Idempotency-Key
 // to a server that reads each request in full and then resets the
 // connection, the case where a retry would duplicate a payment.
@@ -226,7 +226,7 @@ func TestChaosPostWithoutKeyIsSentOnce(t *testing.T) {
 	require.Zero(t, badErrs, "first: %v", firstBad)
 }
 
-// TestChaosPutBodiesSurviveResetsAnd503s: rule 1, each retry sends a clone
+// TestChaosPutBodiesSurviveResetsAnd503s: each retry sends a clone
 // with a fresh body. 1,000 PUTs, each with a unique body, meet per body a
 // reset, a 503, another reset and then a 200 (the server scripts by
 // attempt, so that concurrent requests interleave freely), on keep-alive
@@ -368,7 +368,7 @@ func (c *chaosCountingRT) snapshot() (read []int64, closed []bool) {
 	return read, closed
 }
 
-// TestChaosHugeErrorBody: rule 4, a failed response that a retry follows is
+// TestChaosHugeErrorBody: a failed response that a retry follows is
 // drained at most 64 KiB (drainLimit) and closed; the last response goes
 // back to the caller untouched. The server answers 503 with a 1 GiB body,
 // generated as it is written, never stored.
@@ -458,7 +458,7 @@ func TestChaosHugeErrorBody(t *testing.T) {
 	})
 }
 
-// TestChaosHostileRetryAfter: rule 6, a Retry-After header is honoured only
+// TestChaosHostileRetryAfter: a Retry-After header is honoured only
 // when usable and never beyond the clamp. Each case is a server that
 // answers 503 with the header, then 200. The clamp is 200 ms and the spread
 // 0, so a header that sets the delay sets it to exactly its value or the
@@ -629,7 +629,7 @@ func (c *chaosTally) add(status int, err error) {
 	}
 }
 
-// TestChaosMixedHosts: rules 9 and 10 under load, 5,000 concurrent requests
+// TestChaosMixedHosts: the budget and the breaker under load, 5,000 concurrent requests
 // through one transport to two hosts, half to a host that always answers
 // 503 and half to a healthy one. What fails on one host must not fail
 // requests to another.
@@ -657,7 +657,7 @@ func (c *chaosTally) add(status int, err error) {
 // The per-host budget uses Ratio 1: at the default Ratio 0.1 a host's
 // retries are capped at a tenth of its own requests plus the floor (10 a
 // second), so a host where every request needs a retry cannot have them all
-// succeed, with or without other hosts. That is the design (rule 9), so this
+// succeed, with or without other hosts. That is the design, so this
 // variant gives the healthy host a budget that covers it exactly, to show
 // what the failing host does not take from it. MaxTokens is n/2, one host's
 // deposits: in its own bucket the healthy host's bank (deposits less
@@ -796,7 +796,7 @@ func TestChaosMixedHosts(t *testing.T) {
 	}
 }
 
-// TestChaosShutdownWakesSleepers: rule 8, the sleep before a retry ends
+// TestChaosShutdownWakesSleepers: the sleep before a retry ends
 // when the request's context ends. 1,000 requests get a 503 with
 // Retry-After: 30 and go to sleep for 30 s; the test waits, on a channel
 // closed by the RetryScheduled hook, until all 1,000 are scheduled, then
@@ -812,7 +812,7 @@ func TestChaosMixedHosts(t *testing.T) {
 //
 // The root context has a deadline of 2 minutes, not chaosTimeout, because
 // a deadline that leaves no room for the 30 s delay makes the transport
-// return at once without sleeping (rule 7). The budget and the breaker are
+// return at once without sleeping. The budget and the breaker are
 // off: the default budget would refuse most of 1,000 retries, and an open
 // circuit would wake the sleepers with ErrCircuitOpen instead.
 func TestChaosShutdownWakesSleepers(t *testing.T) {

@@ -278,7 +278,7 @@ type fzStep struct {
 
 func (s fzStep) isResponse() bool { return s.kind < fzKindErr }
 
-// retryable is what DefaultRetryIf makes of the step, from DESIGN.md rule 3.
+// retryable is what DefaultRetryIf makes of the step, from the documented rules.
 func (s fzStep) retryable() bool {
 	switch s.kind {
 	case fzKindCert:
@@ -531,7 +531,7 @@ func (l *fzHookLog) hooks() *Hooks {
 	}
 }
 
-// fzModel is what DESIGN.md rules 1–4 and 7 say RoundTrip does with a
+// fzModel is what the package documentation says RoundTrip does with a
 // config and a script: how many attempts reach next, and the reasons it may
 // stop for (empty: it returns an answer that is not a failure).
 func fzModel(c fzConfig, steps func(int) fzStep) (calls int, reasons []Reason) {
@@ -609,7 +609,7 @@ func fzModel(c fzConfig, steps func(int) fzStep) (calls int, reasons []Reason) {
 // exactly one of response and error; the response is the last one next
 // produced, unread and open; every other response body closed once; the
 // caller's request untouched and its body closed; next called as often as
-// DESIGN.md's rules allow (once for a request that may not be retried);
+// the documented rules allow (once for a request that may not be retried);
 // the error wrapping the last attempt's cause; hooks and stats consistent.
 func FuzzRoundTrip(f *testing.F) {
 	// opts bits: 0–3 method, 4–5 Idempotency-Key, 6–7 body, 8–10 attempts,

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestHerdBudgetAndBreaker runs the seed's herd in virtual time: 10,000
+// TestHerdBudgetAndBreaker runs the webhook herd in virtual time: 10,000
 // concurrent GETs to an endpoint that answers 503 for 20 s, then 200. With
 // the default budget and breaker, the endpoint must receive at most a tenth
 // of the retries it receives with both turned off.

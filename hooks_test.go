@@ -564,7 +564,7 @@ func TestHooksCircuitOpenWakesSleeper(t *testing.T) {
 
 // TestHooksNoRetryAfterOwnTrip: when a request's own failure opens its
 // host's circuit, no retry can follow, so the request gives up at once with
-// ReasonCircuitOpen and the last real response (rule 1): no RetryScheduled
+// ReasonCircuitOpen and the last real response: no RetryScheduled
 // event, no delay in Stats.Delays and no budget token spent on a retry that
 // will not be made.
 func TestHooksNoRetryAfterOwnTrip(t *testing.T) {

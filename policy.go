@@ -9,10 +9,12 @@ import (
 // these values.
 const (
 	// DefaultBase is the interval bound of the first retry: a small multiple
-	// of a webhook endpoint's normal response time (the seed's 100–250 ms).
+	// of a webhook endpoint's normal response time (100–250 ms): retrying
+	// faster than the endpoint can answer only wastes the retry.
 	DefaultBase = 200 * time.Millisecond
-	// DefaultCap bounds every drawn delay: below a delivery's usefulness
-	// horizon (the seed's 30–60 s).
+	// DefaultCap bounds every drawn delay, below a delivery's usefulness
+	// horizon: an event delivered minutes late is a log entry, not a
+	// delivery, so 30 s, with a bounded number of attempts.
 	DefaultCap = 30 * time.Second
 )
 

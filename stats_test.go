@@ -192,7 +192,7 @@ func fullJitterBound(n int) time.Duration {
 // TestStatsDelayHistogramFullJitter draws 10,000 delays under the default
 // FullJitter — 2,500 concurrent requests to an endpoint that always answers
 // 503, each making 5 attempts, so 2,500 delays for each of retries 1 to 4 —
-// and checks, through Stats, what the seed says to verify in production:
+// and checks, through Stats, what to verify in production:
 // each retry's histogram is roughly uniform from zero to that retry's bound
 // (200 ms, 400 ms, 800 ms, 1.6 s), with no spike at zero or at the bound,
 // and nothing above it.
@@ -251,7 +251,7 @@ func TestStatsDelayHistogramFullJitter(t *testing.T) {
 	})
 }
 
-// TestStatsDelayHistogramRetryAfterZero shows the other signature the seed
+// TestStatsDelayHistogramRetryAfterZero shows the other signature
 // names: an endpoint answering Retry-After: 0, honoured with no spread, puts
 // every delay of every retry in bucket 0, [0, 1 ms) — the spike at zero.
 func TestStatsDelayHistogramRetryAfterZero(t *testing.T) {
@@ -407,7 +407,7 @@ func TestStatsAttemptsCountsOnlySent(t *testing.T) {
 }
 
 // TestStatsRetryAfterSeenWithoutRetry: RetryAfterSeen counts "retryable
-// responses that carried a Retry-After header" (stats.go) — the seed's early
+// responses that carried a Retry-After header" (stats.go) — the early
 // signal that a tenant is rate-limiting the platform — whether or not a
 // retry follows.
 func TestStatsRetryAfterSeenWithoutRetry(t *testing.T) {

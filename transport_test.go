@@ -69,7 +69,7 @@ func asError(t *testing.T, err error) *Error {
 	return e
 }
 
-// Rules 2 and 3: which methods and which outcomes are retried.
+// Which methods and which outcomes are retried.
 func TestTransportRetriesByMethodAndStatus(t *testing.T) {
 	methods := []string{http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete}
 	errRefused := errors.New("connection refused (scripted)")
@@ -125,7 +125,7 @@ func TestTransportRetriesByMethodAndStatus(t *testing.T) {
 	}
 }
 
-// Rule 3: transport errors that no retry can mend are returned at once.
+// Transport errors that no retry can mend are returned at once.
 func TestTransportErrorsNotRetried(t *testing.T) {
 	cases := []struct {
 		name string
@@ -152,7 +152,7 @@ func TestTransportErrorsNotRetried(t *testing.T) {
 	}
 }
 
-// Rule 2: POST and PATCH are retried only with a non-empty Idempotency-Key,
+// POST and PATCH are retried only with a non-empty Idempotency-Key,
 // and every attempt carries the same key.
 func TestTransportPostAndPatch(t *testing.T) {
 	const payload = `{"event":"delivered"}`
@@ -210,7 +210,7 @@ func TestTransportPostAndPatch(t *testing.T) {
 	}
 }
 
-// Rules 1 and 4: the last response comes back untouched; every discarded
+// The last response comes back untouched; every discarded
 // one is drained (at most drainLimit bytes) and closed.
 func TestTransportResponseBodies(t *testing.T) {
 	t.Run("retries exhausted: last body unread, earlier ones closed", func(t *testing.T) {
@@ -292,7 +292,7 @@ func snapshotOf(r *http.Request) reqSnapshot {
 	}
 }
 
-// Rule 1: the caller's request is never modified and its body is closed on
+// The caller's request is never modified and its body is closed on
 // every path, errors included.
 func TestTransportCallerRequest(t *testing.T) {
 	const payload = "caller's payload"
@@ -402,7 +402,7 @@ func TestTransportCallerRequest(t *testing.T) {
 	}
 }
 
-// Rule 2: every attempt carries the original body, byte for byte; a body
+// Every attempt carries the original body, byte for byte; a body
 // that cannot be replayed is sent once, whole.
 func TestTransportReplaysBody(t *testing.T) {
 	payload := bytes.Repeat([]byte("0123456789abcdef"), 256) // 4 KiB
@@ -470,7 +470,7 @@ func noGetBody(ctx context.Context, payload []byte) *http.Request {
 	return req
 }
 
-// Rule 6: Retry-After in each form delays the retry by at least its value,
+// Retry-After in each form delays the retry by at least its value,
 // clamped, plus the spread; unusable values fall back to the policy.
 func TestTransportRetryAfter(t *testing.T) {
 	const (
@@ -557,7 +557,7 @@ func TestTransportRetryAfter(t *testing.T) {
 	}
 }
 
-// Rule 6: 1,000 clients told "Retry-After: 5" at one instant come back
+// 1,000 clients told "Retry-After: 5" at one instant come back
 // spread over the default 1 s window, not at one instant.
 func TestTransportRetryAfterHerd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -585,7 +585,7 @@ func TestTransportRetryAfterHerd(t *testing.T) {
 	})
 }
 
-// Rules 7 and 8: a wait ends at the instant the context ends; a deadline
+// A wait ends at the instant the context ends; a deadline
 // that leaves no room for the delay returns at once.
 func TestTransportWaitAndContext(t *testing.T) {
 	for _, c := range []struct {
@@ -745,7 +745,7 @@ func TestTransportAttemptTimeout(t *testing.T) {
 	})
 }
 
-// Rule 13: errors after retries keep their cause and say how many attempts
+// Errors after retries keep their cause and say how many attempts
 // were made.
 func TestTransportErrorKeepsCause(t *testing.T) {
 	errSentinel := errors.New("scripted transport failure")
@@ -782,7 +782,7 @@ func TestTransportErrorKeepsCause(t *testing.T) {
 	}
 }
 
-// Rule 12: the first attempt is jittered, the retries are not.
+// The first attempt is jittered, the retries are not.
 func TestTransportFirstAttemptJitter(t *testing.T) {
 	t.Run("first attempts spread over [0, max)", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
@@ -862,7 +862,7 @@ func TestTransportOptions(t *testing.T) {
 	}
 }
 
-// Rule 1: a next that breaks the RoundTripper contract does not make this
+// A next that breaks the RoundTripper contract does not make this
 // transport break it.
 func TestTransportNextBreaksContract(t *testing.T) {
 	t.Run("response and error", func(t *testing.T) {
@@ -889,7 +889,7 @@ func TestTransportNextBreaksContract(t *testing.T) {
 	})
 }
 
-// Rule 3: the caller's own context ending is never retried, even when the
+// The caller's own context ending is never retried, even when the
 // error it causes looks retryable.
 func TestTransportCallerContextEnds(t *testing.T) {
 	cases := []struct {
