@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
+	"github.com/retryhttp/retryhttp"
 	"github.com/stretchr/testify/assert"
 )
 
@@ -54,6 +55,37 @@ func awsTyped(err error, status int, code string) error {
 		return fmt.Errorf("smithy.APIError code %q, want %q", api.ErrorCode(), code)
 	}
 	return nil
+}
+
+// awsLocalTyped checks that the local 503 of an open circuit reaches the
+// caller as the SDK's *awshttp.ResponseError with the status, and a
+// smithy.APIError (whatever code the service's deserializer made of the
+// JSON body).
+func awsLocalTyped(err error, status int) error {
+	var re *awshttp.ResponseError
+	if !errors.As(err, &re) {
+		return fmt.Errorf("no *awshttp.ResponseError in %v", err)
+	}
+	if re.HTTPStatusCode() != status {
+		return fmt.Errorf("*awshttp.ResponseError status %d, want %d", re.HTTPStatusCode(), status)
+	}
+	if re.Response.Header.Get(retryhttp.LocalHeader) != "circuit-open" {
+		return fmt.Errorf("the 503 is not the local one: %s %q", retryhttp.LocalHeader, re.Response.Header.Get(retryhttp.LocalHeader))
+	}
+	var api smithy.APIError
+	if !errors.As(err, &api) {
+		return fmt.Errorf("no smithy.APIError in %v", err)
+	}
+	return nil
+}
+
+// awsAPICode logs the smithy.APIError code and message of the call's
+// error, if any.
+func awsAPICode(t *testing.T, o observed) {
+	var api smithy.APIError
+	if errors.As(o.err, &api) {
+		t.Logf("smithy.APIError: code %q, message %q, fault %v", api.ErrorCode(), api.ErrorMessage(), api.ErrorFault())
+	}
 }
 
 // The AWS request fields, for sameHeader.

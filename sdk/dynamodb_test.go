@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -45,6 +45,25 @@ func dynamoGetItem(ctx context.Context, e env) error {
 	return err
 }
 
+// dynamoPutItem is a write, sent as a POST with X-Amz-Target.
+func dynamoPutItem(ctx context.Context, e env) error {
+	_, err := newDynamo(e).PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String("tbl"),
+		Item:      map[string]types.AttributeValue{"id": &types.AttributeValueMemberS{Value: "1"}, "name": &types.AttributeValueMemberS{Value: "one"}},
+	})
+	return err
+}
+
+// dynamoQuery is a read, sent as a POST with X-Amz-Target.
+func dynamoQuery(ctx context.Context, e env) error {
+	_, err := newDynamo(e).Query(ctx, &dynamodb.QueryInput{
+		TableName:                 aws.String("tbl"),
+		KeyConditionExpression:    aws.String("id = :id"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":id": &types.AttributeValueMemberS{Value: "1"}},
+	})
+	return err
+}
+
 // dynamoTyped checks for the modeled *types.InternalServerError beside the
 // ResponseError with the status.
 func dynamoTyped(err error, status int) error {
@@ -55,17 +74,22 @@ func dynamoTyped(err error, status int) error {
 	return awsTyped(err, status, "InternalServerError")
 }
 
-// getItemIdempotent is the recipe for DynamoDB reads: the defaults, and
-// POSTs whose X-Amz-Target is GetItem.
-func getItemIdempotent(r *http.Request) bool {
-	return retryhttp.DefaultIdempotentIf(r) || strings.HasPrefix(r.Header.Get("X-Amz-Target"), "DynamoDB_20120810.GetItem")
+// dynamoReads is the read recipe's idempotency test: the default rule,
+// and the POSTs whose X-Amz-Target is one of DynamoDB's reads.
+func dynamoReads(r *http.Request) bool {
+	switch r.Header.Get("X-Amz-Target") {
+	case "DynamoDB_20120810.GetItem", "DynamoDB_20120810.Query",
+		"DynamoDB_20120810.Scan", "DynamoDB_20120810.BatchGetItem":
+		return true
+	}
+	return retryhttp.DefaultIdempotentIf(r)
 }
 
 var target = func(r Request) string { return r.Target }
 
 func TestDynamoDB(t *testing.T) {
 	one := retryhttp.WithMaxAttempts(1)
-	idem := retryhttp.WithIdempotentIf(getItemIdempotent)
+	idem := retryhttp.WithIdempotentIf(dynamoReads)
 	buffer := retryhttp.WithBodyBuffer(1 << 20)
 	runSDK(t, sdkCase{name: "dynamodb", typed: dynamoTyped, rows: []row{
 		{
@@ -86,11 +110,11 @@ func TestDynamoDB(t *testing.T) {
 		{
 			// The recipe alone: GetItem may be retried, but the SDK's body
 			// has no GetBody, so retryhttp still sends it once.
-			name: "f WithIdempotentIf(GetItem), SDK off", tries: 1, opts: opts(idem),
+			name: "f WithIdempotentIf(reads), SDK off", tries: 1, opts: opts(idem),
 			script: Always(dynamo503), call: dynamoGetItem, status: 503, promised: 4, want: 1,
 		},
 		{
-			name: "f WithIdempotentIf(GetItem) + WithBodyBuffer, SDK off", tries: 1, opts: opts(idem, buffer),
+			name: "f read recipe: WithIdempotentIf(reads) + WithBodyBuffer, SDK off", tries: 1, opts: opts(idem, buffer),
 			script: Always(dynamo503), call: dynamoGetItem, status: 503, promised: 4, want: 4,
 			check: checks(sameBody, payloadHashes, sameHeader("X-Amz-Target", target),
 				sameHeader("Authorization", authorization), sameHeader("amz-sdk-request", sdkRequest)),
@@ -104,6 +128,82 @@ func TestDynamoDB(t *testing.T) {
 			name: "f WithIdempotentIf + WithBodyBuffer, SDK defaults, 503,503,200", opts: opts(idem, buffer),
 			script: FailThen(2, dynamo503, dynamoItem), call: dynamoGetItem, promised: 4, want: 3,
 			check: checks(sameBody, sameHeader("amz-sdk-request", sdkRequest)),
+		},
+		{
+			name: "f read recipe, SDK off: Query, 503 forever", tries: 1, opts: opts(idem, buffer, fast),
+			script: Always(dynamo503), call: dynamoQuery, status: 503, promised: 4, want: 4,
+			check: checks(sameBody, sameHeader("X-Amz-Target", target)),
+		},
+		{
+			// A write is not in the recipe: sent once.
+			name: "f read recipe, SDK off: PutItem, 503 forever", tries: 1, opts: opts(idem, buffer, fast),
+			script: Always(dynamo503), call: dynamoPutItem, status: 503, want: 1,
+		},
+
+		// The recipe: the SDK's retries on (4 tries, each signed afresh),
+		// retryhttp sending each try once; writes and reads alike.
+		{
+			name: "r recipe: SDK 4 + retryhttp 1: GetItem, 503,503,200", opts: opts(one),
+			script: FailThen(2, dynamo503, dynamoItem), call: dynamoGetItem, promised: 4, want: 3,
+			check: sdkRequestPerTry,
+		},
+		{
+			name: "r recipe: SDK 4 + retryhttp 1: GetItem, 503 forever", opts: opts(one),
+			script: Always(dynamo503), call: dynamoGetItem, status: 503, promised: 4, want: 4,
+			check: sdkRequestPerTry,
+		},
+		{
+			name: "r recipe: SDK 4 + retryhttp 1: PutItem, 503 forever", opts: opts(one),
+			script: Always(dynamo503), call: dynamoPutItem, status: 503, promised: 4, want: 4,
+			check: checks(sameBody, sdkRequestPerTry),
+		},
+
+		// The per-request form under a transport of 4.
+		{
+			name:   "p per-request 1 attempt, transport 4, SDK defaults: GetItem, 503 forever",
+			ctx:    perRequest(retryhttp.WithMaxAttempts(1)),
+			script: Always(dynamo503), call: dynamoGetItem, status: 503, promised: 4, want: 4,
+			check: sdkRequestPerTry, inspect: oncePerTry,
+		},
+
+		// Idempotency through the context: a write marked idempotent is
+		// retried once its body can be replayed, which for an AWS body
+		// takes the buffer (a per-request option too).
+		{
+			name: "i PutItem, idempotent by context + WithBodyBuffer, SDK off + retryhttp 4", tries: 1, opts: opts(fast),
+			ctx:    perRequest(retryhttp.WithIdempotentIf(always), retryhttp.WithBodyBuffer(1<<20)),
+			script: Always(dynamo503), call: dynamoPutItem, status: 503, promised: 4, want: 4,
+			check: checks(sameBody, payloadHashes, sameHeader("Authorization", authorization)),
+		},
+		{
+			name: "i PutItem, idempotent by context, no buffer, SDK off + retryhttp 4", tries: 1, opts: opts(fast),
+			ctx:    perRequest(retryhttp.WithIdempotentIf(always)),
+			script: Always(dynamo503), call: dynamoPutItem, status: 503, want: 1,
+		},
+		{
+			name: "i GetItem, not idempotent by context, read recipe, SDK off", tries: 1, opts: opts(idem, buffer, fast),
+			ctx:    perRequest(retryhttp.WithIdempotentIf(never)),
+			script: Always(dynamo503), call: dynamoGetItem, status: 503, want: 1,
+		},
+
+		// An open circuit, as for S3.
+		{
+			name: "k local 503, circuit open: SDK off", tries: 1,
+			opts: opts(one, retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
+			prep: tripHost, script: withTrip(Always(dynamoItem)), call: dynamoGetItem,
+			status: 503, typed: awsLocalTyped, unsent: true, inspect: inspects(triesN(1), awsAPICode),
+		},
+		{
+			name: "k local 503, circuit open 1 s: SDK defaults, server back",
+			opts: opts(one, retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
+			prep: tripHost, script: withTrip(Always(dynamoItem)), call: dynamoGetItem,
+			status: 503, typed: orLocal(awsLocalTyped), inspect: inspects(servedOrRefused, backsOff("X-Amz-Retry-After", time.Millisecond, 5*time.Second)),
+		},
+		{
+			name: "k no local 503, circuit open: SDK defaults",
+			opts: opts(one, retryhttp.WithBreaker(quickBreaker(longOpen))),
+			prep: tripHost, script: withTrip(Always(dynamoItem)), call: dynamoGetItem,
+			circuitErr: true, unsent: true, inspect: triesAll(4, time.Second),
 		},
 	}})
 }

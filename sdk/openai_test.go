@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,6 +80,20 @@ func openaiTyped(err error, status int) error {
 	return nil
 }
 
+// openaiLocalTyped checks that the local 503 of an open circuit reaches
+// the caller as an *openai.Error parsed from its JSON body.
+func openaiLocalTyped(err error, status int) error {
+	if err := openaiTyped(err, status); err != nil {
+		return err
+	}
+	var oe *openai.Error
+	errors.As(err, &oe)
+	if oe.Code != "circuit_open" || oe.Type != "api_error" || !strings.Contains(oe.Message, "circuit open") {
+		return fmt.Errorf("*openai.Error not parsed from the local body: code %q type %q message %q", oe.Code, oe.Type, oe.Message)
+	}
+	return nil
+}
+
 // retryCountPerTry asserts that X-Stainless-Retry-Count numbers the
 // requests 0, 1, …: every request was an SDK try.
 func retryCountPerTry(t *testing.T, reqs []Request) {
@@ -133,6 +148,81 @@ func TestOpenAI(t *testing.T) {
 			name:   "e 503,503,200 (POST + Idempotency-Key), both defaults",
 			script: FailThen(2, openai503, openaiChat), call: openaiChatNew("chat-43"), promised: 4, want: 3,
 			check: checks(sameHeader("Idempotency-Key", idempotencyKey), sameBody),
+		},
+
+		// The recipe: the SDK's retries on (3 tries, keyless POSTs
+		// included, Retry-After-Ms and X-Should-Retry read), retryhttp
+		// sending each try once.
+		{
+			name: "r recipe: SDK 3 + retryhttp 1: chat POST, no key, 503 forever", opts: opts(one), real: true,
+			script: Always(openai503), call: openaiChatNew(""), status: 503, promised: 3, want: 3,
+			check: checks(noHeader("Idempotency-Key", idempotencyKey), retryCountPerTry, sameBody),
+		},
+		{
+			name: "r recipe: SDK 3 + retryhttp 1: chat POST + key, 503 forever", opts: opts(one), real: true,
+			script: Always(openai503), call: openaiChatNew("chat-44"), status: 503, promised: 3, want: 3,
+			check: checks(sameHeader("Idempotency-Key", idempotencyKey), retryCountPerTry, sameBody),
+		},
+		{
+			name: "r recipe: SDK 3 + retryhttp 1: chat POST, 503,503,200", opts: opts(one), real: true,
+			script: FailThen(2, openai503, openaiChat), call: openaiChatNew(""), promised: 3, want: 3,
+			check: retryCountPerTry,
+		},
+
+		// The per-request form under a transport of 4.
+		{
+			name: "p per-request 1 attempt, transport 4, SDK defaults: GET, 503 forever", real: true,
+			ctx:    perRequest(retryhttp.WithMaxAttempts(1)),
+			script: Always(openai503), call: openaiGetModel, status: 503, promised: 3, want: 3,
+			check: retryCountPerTry, inspect: oncePerTry,
+		},
+		{
+			name: "p per-request 1 attempt, transport 4, SDK defaults: chat POST + key, 503 forever", real: true,
+			ctx:    perRequest(retryhttp.WithMaxAttempts(1)),
+			script: Always(openai503), call: openaiChatNew("chat-45"), status: 503, promised: 3, want: 3,
+			check: retryCountPerTry, inspect: oncePerTry,
+		},
+
+		// Idempotency through the context.
+		{
+			name: "i chat POST, no key, idempotent by context, SDK off + retryhttp 4", tries: 1, opts: opts(fast),
+			ctx:    perRequest(retryhttp.WithIdempotentIf(always)),
+			script: Always(openai503), call: openaiChatNew(""), status: 503, promised: 4, want: 4,
+			check: checks(noHeader("Idempotency-Key", idempotencyKey), sameBody),
+		},
+		{
+			name: "i GET, not idempotent by context, SDK off + retryhttp 4", tries: 1, opts: opts(fast),
+			ctx:    perRequest(retryhttp.WithIdempotentIf(never)),
+			script: Always(openai503), call: openaiGetModel, status: 503, want: 1,
+		},
+
+		// An open circuit. With the local 503 the SDK parses its error and
+		// waits exactly Retry-After-Ms, unless that exceeds its
+		// MaxRetryDelay: then it stops at once. Without it the SDK sees a
+		// connection error and retries after its own backoff.
+		{
+			name: "k local 503, circuit open: SDK off", tries: 1,
+			opts: opts(one, retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
+			prep: tripHost, script: withTrip(Always(openaiModel)), call: openaiGetModel,
+			status: 503, typed: openaiLocalTyped, unsent: true, inspect: triesN(1),
+		},
+		{
+			name: "k local 503, circuit open 1 s: SDK defaults, real delays, server back", real: true,
+			opts: opts(one, retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
+			prep: tripHost, script: withTrip(Always(openaiModel)), call: openaiGetModel,
+			status: 503, typed: orLocal(openaiLocalTyped), inspect: inspects(servedOrRefused, backsOff("Retry-After-Ms", time.Millisecond, time.Second)),
+		},
+		{
+			name: "k local 503, circuit open: SDK defaults, MaxRetryDelay 1 ms",
+			opts: opts(one, retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
+			prep: tripHost, script: withTrip(Always(openaiModel)), call: openaiGetModel,
+			status: 503, typed: openaiLocalTyped, unsent: true, inspect: triesN(1),
+		},
+		{
+			name: "k no local 503, circuit open: SDK defaults, real delays", real: true,
+			opts: opts(one, retryhttp.WithBreaker(quickBreaker(longOpen))),
+			prep: tripHost, script: withTrip(Always(openaiModel)), call: openaiGetModel,
+			circuitErr: true, unsent: true, inspect: triesAll(3, 2*time.Second),
 		},
 	}})
 }

@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/retryhttp/retryhttp"
+	"github.com/stretchr/testify/assert"
 )
 
 // S3's replies. Real S3 answers an overload with 503 SlowDown, a throttling
@@ -47,14 +51,46 @@ func newS3(e env) *s3.Client {
 	return s3.New(o)
 }
 
-func s3GetObject(ctx context.Context, e env) error {
-	out, err := newS3(e).GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("bkt"), Key: aws.String("obj")})
-	if err != nil {
+func s3GetObject(ctx context.Context, e env) error { return s3GetFrom("bkt")(ctx, e) }
+
+// s3GetFrom gets the object "obj" from bucket: the request goes to
+// /bucket/obj on the server (path-style).
+func s3GetFrom(bucket string) func(context.Context, env) error {
+	return func(ctx context.Context, e env) error {
+		out, err := newS3(e).GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(bucket), Key: aws.String("obj")})
+		if err != nil {
+			return err
+		}
+		defer out.Body.Close()
+		_, err = io.Copy(io.Discard, out.Body)
 		return err
 	}
-	defer out.Body.Close()
-	_, err = io.Copy(io.Discard, out.Body)
-	return err
+}
+
+// bucketKey keys circuits, holds and per-host budgets by scheme, host and
+// first path segment: on a path-style endpoint, by bucket.
+func bucketKey(r *http.Request) string {
+	seg, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+	return r.URL.Scheme + "://" + r.URL.Host + "/" + seg
+}
+
+// twoBuckets is one path-style host with a failing bucket and a healthy one.
+var twoBuckets = ByPath(map[string]Script{"/bad/obj": Always(s3503), "/good/obj": Always(s3Get)}, Always(s3503))
+
+// pathBreaker is the default breaker with a 100 ms span instead of 2 s: the
+// S3 SDK pauses at most 50 ms, then 100 ms, between its tries, well inside
+// twice the span, so its failing calls trip it within a few calls.
+func pathBreaker() *retryhttp.Breaker {
+	return retryhttp.NewBreaker(retryhttp.BreakerConfig{Span: 100 * time.Millisecond})
+}
+
+// onlyPath asserts that every request of the call went to path.
+func onlyPath(path string) func(*testing.T, []Request) {
+	return func(t *testing.T, reqs []Request) {
+		for _, r := range reqs {
+			assert.Equal(t, path, r.Path, "request %d", r.N)
+		}
+	}
 }
 
 func s3PutObject(ctx context.Context, e env) error {
@@ -114,6 +150,98 @@ func TestS3(t *testing.T) {
 			name:   "e 503,503,200 (GET), both defaults",
 			script: FailThen(2, s3503, s3Get), call: s3GetObject, promised: 4, want: 3,
 			check: sameHeader("amz-sdk-request", sdkRequest),
+		},
+		{
+			// The other recipe for a PutObject: the SDK off, retryhttp
+			// replaying the buffered body under the first try's signature.
+			name: "e PUT + WithBodyBuffer(1 MiB), SDK off + retryhttp 4, 503 forever", tries: 1, opts: opts(buffer),
+			script: Always(s3503), call: s3PutObject, status: 503, promised: 4, want: 4,
+			check: checks(sameBody, payloadHashes, sameHeader("Authorization", authorization), sameHeader("amz-sdk-request", sdkRequest)),
+		},
+
+		// The recipe: the SDK's retries on (3 tries, each signed afresh,
+		// amz-sdk-request counting them, X-Amz-Retry-After read), retryhttp
+		// sending each try once. No body buffer needed: the SDK rewinds
+		// its own body.
+		{
+			name: "r recipe: SDK 3 + retryhttp 1: GET, 503 forever", opts: opts(one),
+			script: Always(s3503), call: s3GetObject, status: 503, promised: 3, want: 3,
+			check: sdkRequestPerTry,
+		},
+		{
+			name: "r recipe: SDK 3 + retryhttp 1: GET, 503,503,200", opts: opts(one),
+			script: FailThen(2, s3503, s3Get), call: s3GetObject, promised: 3, want: 3,
+			check: sdkRequestPerTry,
+		},
+		{
+			name: "r recipe: SDK 3 + retryhttp 1: PUT, 503 forever", opts: opts(one),
+			script: Always(s3503), call: s3PutObject, status: 503, promised: 3, want: 3,
+			check: checks(sameBody, payloadHashes, sdkRequestPerTry),
+		},
+
+		// The per-request form under a transport of 4.
+		{
+			name:   "p per-request 1 attempt, transport 4, SDK defaults: GET, 503 forever",
+			ctx:    perRequest(retryhttp.WithMaxAttempts(1)),
+			script: Always(s3503), call: s3GetObject, status: 503, promised: 3, want: 3,
+			check: sdkRequestPerTry, inspect: oncePerTry,
+		},
+		{
+			name:   "p per-request 1 attempt, transport 4, SDK defaults: PUT, 503 forever",
+			ctx:    perRequest(retryhttp.WithMaxAttempts(1)),
+			script: Always(s3503), call: s3PutObject, status: 503, promised: 3, want: 3,
+			check: checks(sameBody, payloadHashes, sdkRequestPerTry), inspect: oncePerTry,
+		},
+
+		// A GET marked not idempotent through its context.
+		{
+			name: "i GET, not idempotent by context, SDK off + retryhttp 4", tries: 1, opts: opts(fast),
+			ctx:    perRequest(retryhttp.WithIdempotentIf(never)),
+			script: Always(s3503), call: s3GetObject, status: 503, want: 1,
+		},
+
+		// Path-style: one host, two buckets. Keyed by bucket, the failing
+		// bucket's circuit opens and the other's stays closed; keyed by
+		// host (the default), one bucket's failures stop both.
+		{
+			name: "j key by bucket: \"good\" after \"bad\" opened", opts: opts(one, retryhttp.WithKey(bucketKey), retryhttp.WithBreaker(pathBreaker())),
+			prep: tripWith("/bad", 20, s3GetFrom("bad")), script: twoBuckets, call: s3GetFrom("good"),
+			want: 1, check: onlyPath("/good/obj"),
+		},
+		{
+			name: "j key by bucket: \"bad\" after it opened", opts: opts(one, retryhttp.WithKey(bucketKey), retryhttp.WithBreaker(pathBreaker())),
+			prep: tripWith("/bad", 20, s3GetFrom("bad")), script: twoBuckets, call: s3GetFrom("bad"),
+			circuitErr: true, unsent: true, inspect: triesAll(3, time.Second),
+		},
+		{
+			name: "j key by host (default): \"good\" after \"bad\" opened", opts: opts(one, retryhttp.WithBreaker(pathBreaker())),
+			prep: tripWith("", 20, s3GetFrom("bad")), script: twoBuckets, call: s3GetFrom("good"),
+			circuitErr: true, unsent: true, inspect: triesAll(3, time.Second),
+		},
+
+		// An open circuit. With the local 503 the SDK gets its typed 503
+		// and waits what X-Amz-Retry-After says (clamped to [backoff,
+		// backoff+5 s]) before its next try, which finds the circuit
+		// half-open and reaches the server. Without it the SDK sees a
+		// transport error and retries after its own backoff (< 50 ms,
+		// then < 100 ms), refused each time.
+		{
+			name: "k local 503, circuit open: SDK off", tries: 1,
+			opts: opts(one, retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
+			prep: tripHost, script: withTrip(Always(s3Get)), call: s3GetObject,
+			status: 503, typed: awsLocalTyped, unsent: true, inspect: inspects(triesN(1), awsAPICode),
+		},
+		{
+			name: "k local 503, circuit open 1 s: SDK defaults, server back",
+			opts: opts(one, retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
+			prep: tripHost, script: withTrip(Always(s3Get)), call: s3GetObject,
+			status: 503, typed: orLocal(awsLocalTyped), inspect: inspects(servedOrRefused, backsOff("X-Amz-Retry-After", time.Millisecond, 5*time.Second)),
+		},
+		{
+			name: "k no local 503, circuit open: SDK defaults",
+			opts: opts(one, retryhttp.WithBreaker(quickBreaker(longOpen))),
+			prep: tripHost, script: withTrip(Always(s3Get)), call: s3GetObject,
+			circuitErr: true, unsent: true, inspect: triesAll(3, time.Second),
 		},
 	}})
 }

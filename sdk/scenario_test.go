@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -71,19 +70,55 @@ type row struct {
 	// mayTrip accepts, instead of the typed error, the circuit opening
 	// under the row (the defaults rows outlast the breaker's 2 s span).
 	mayTrip bool
+	// circuitErr: the call must fail with an error wrapping
+	// retryhttp.ErrCircuitOpen (the transport refused it, no response).
+	circuitErr bool
+	// typed replaces the SDK's typed check for this row (a local 503 has
+	// no modeled error code); nil: the SDK's.
+	typed func(err error, status int) error
+	// unsent: the call must not reach the server at all (want 0).
+	unsent bool
+	// prep runs on the row's transport and server before the measured
+	// call (to open a circuit, say); what it sends is not counted.
+	prep    func(t *testing.T, ctx context.Context, e env)
 	check   func(t *testing.T, reqs []Request) // more assertions; nil: none
+	inspect func(t *testing.T, o observed)     // assertions on the SDK's tries; nil: none
 }
 
-// Rows for settings retryhttp does not have yet slot in here as they land:
+// observed is what one measured call did: its error, the requests that
+// reached the server and the SDK's calls to the transport (its tries).
+type observed struct {
+	err   error
+	reqs  []Request
+	tries []try
+}
+
+// try is one call of the SDK to the transport, as the wrapping
+// RoundTripper saw it: when it started and returned, and what it returned.
+type try struct {
+	start, end time.Time
+	status     int         // 0 on error
+	header     http.Header // the response's; nil on error
+	err        error
+}
+
+// local reports that the try got the transport's own 503 for an open
+// circuit.
+func (t try) local() bool { return t.header.Get(retryhttp.LocalHeader) == "circuit-open" }
+
+// The rows of each SDK are lettered by what they measure:
 //
-//	// a per-request setting: one attempt for this call, whatever the transport says
-//	{name: "c per-request 1 attempt + SDK defaults", tries: 0, promised: 3,
-//		ctx: func(ctx context.Context) context.Context {
-//			return retryhttp.ContextWithOptions(ctx, retryhttp.WithMaxAttempts(1))
-//		}},
-//	// a circuit key (say, per tenant or per SDK operation), and a local 503
-//	// for an open circuit (so the SDK sees a typed 503, not a transport error)
-//	{name: "a defaults + circuit key + local 503", opts: []retryhttp.Option{ /* WithCircuitKey(…), WithOpenCircuitResponse(…) */ }},
+//	a  both layers' defaults
+//	b  the SDK's retries off, retryhttp's defaults
+//	c  retryhttp 1 attempt (transport-wide), the SDK's defaults
+//	d  POSTs, with and without an Idempotency-Key
+//	e  503,503,200; S3 PutObject with and without WithBodyBuffer
+//	f  DynamoDB reads marked idempotent (the read recipe)
+//	i  a request marked idempotent, or not, through its context
+//	j  the circuit key on a path-style endpoint (S3)
+//	k  an open circuit, with and without the local 503
+//	p  the per-request form: ContextWithOptions(WithMaxAttempts(1)) under a transport of 4
+//	r  the recommended recipe of the SDK
 
 // env is what an SDK call needs: the server, an *http.Client whose
 // Transport goes through retryhttp, and the row's SDK settings.
@@ -105,6 +140,9 @@ type result struct {
 	Connections     int      `json:"connections"` // connections the server saw opened
 	GiveUps         []string `json:"give_ups"`    // retryhttp's reasons, one per SDK try that ended on a failure
 	Seconds         float64  `json:"seconds"`
+	// TryLog describes each SDK try: when it started after the call began,
+	// the pause since the previous try returned, and what it got.
+	TryLog []string `json:"try_log,omitempty"`
 }
 
 var (
@@ -149,6 +187,7 @@ func runRow(t *testing.T, c sdkCase, r row) result {
 	srv := NewServer(t, r.script)
 	tries := &countingRT{next: retryhttp.New(nil, r.opts...)}
 	hc := &http.Client{Transport: tries, Timeout: 30 * time.Second}
+	e := env{srv: srv, hc: hc, tries: r.tries, real: r.real}
 
 	var mu sync.Mutex
 	giveUps := []string{}
@@ -159,24 +198,39 @@ func runRow(t *testing.T, c sdkCase, r row) result {
 	}}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	// What prep sends is neither counted nor given the row's hooks and
+	// per-request settings.
+	if r.prep != nil {
+		r.prep(t, ctx, e)
+	}
+	sentBefore, triesBefore := len(srv.Requests()), len(tries.log())
 	ctx = retryhttp.ContextWithHooks(ctx, hooks)
 	if r.ctx != nil {
 		ctx = r.ctx(ctx)
 	}
 
 	start := time.Now()
-	err := r.call(ctx, env{srv: srv, hc: hc, tries: r.tries, real: r.real})
+	err := r.call(ctx, e)
 	elapsed := time.Since(start)
-	reqs := srv.Requests()
+	reqs := srv.Requests()[sentBefore:]
+	log := tries.log()[triesBefore:]
+	tryLog := describeTries(start, log)
+	if len(tryLog) > 0 && (r.prep != nil || r.inspect != nil) {
+		t.Logf("SDK tries:\n\t%s", strings.Join(tryLog, "\n\t"))
+	}
 
 	// The caller gets the SDK's typed error, or success.
 	switch {
 	case r.untyped:
 		require.Error(t, err)
+	case r.circuitErr:
+		require.ErrorIs(t, err, retryhttp.ErrCircuitOpen, "error chain: %s", errorChain(err))
 	case r.status == 0:
 		require.NoError(t, err)
 	case r.mayTrip && errors.Is(err, retryhttp.ErrCircuitOpen):
 		t.Logf("the circuit opened: %v", err)
+	case r.typed != nil:
+		require.NoError(t, r.typed(err, r.status), "error chain: %s", errorChain(err))
 	default:
 		require.NoError(t, c.typed(err, r.status), "error chain: %s", errorChain(err))
 	}
@@ -188,8 +242,14 @@ func runRow(t *testing.T, c sdkCase, r row) result {
 	if r.want > 0 {
 		assert.Equal(t, r.want, len(reqs), "attempts per call")
 	}
+	if r.unsent {
+		assert.Empty(t, reqs, "the call reached the server")
+	}
 	if r.check != nil {
 		r.check(t, reqs)
+	}
+	if r.inspect != nil {
+		r.inspect(t, observed{err: err, reqs: reqs, tries: log})
 	}
 
 	// No connection leaked: once the client drops its idle connections,
@@ -199,22 +259,62 @@ func runRow(t *testing.T, c sdkCase, r row) result {
 
 	mu.Lock()
 	defer mu.Unlock()
-	return result{
+	res := result{
 		SDK: c.name, Scenario: r.name, AttemptsPerCall: len(reqs), Promised: r.promised,
-		ErrorType: errorChain(err), SDKTries: int(tries.n.Load()), Connections: srv.Opened(),
+		ErrorType: errorChain(err), SDKTries: len(log), Connections: srv.Opened(),
 		GiveUps: giveUps, Seconds: elapsed.Round(time.Millisecond).Seconds(),
 	}
+	if r.prep != nil || r.inspect != nil {
+		res.TryLog = tryLog
+	}
+	return res
 }
 
-// countingRT counts the SDK's calls to the transport: its own tries.
+// countingRT records the SDK's calls to the transport: its own tries.
 type countingRT struct {
-	next *retryhttp.Transport
-	n    atomic.Int64
+	next     *retryhttp.Transport
+	mu       sync.Mutex
+	recorded []try
 }
 
 func (c *countingRT) RoundTrip(req *http.Request) (*http.Response, error) {
-	c.n.Add(1)
-	return c.next.RoundTrip(req)
+	tr := try{start: time.Now()}
+	resp, err := c.next.RoundTrip(req)
+	tr.end, tr.err = time.Now(), err
+	if resp != nil {
+		tr.status, tr.header = resp.StatusCode, resp.Header.Clone()
+	}
+	c.mu.Lock()
+	c.recorded = append(c.recorded, tr)
+	c.mu.Unlock()
+	return resp, err
+}
+
+func (c *countingRT) log() []try {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.recorded)
+}
+
+// describeTries formats the SDK's tries of one call, started at start.
+func describeTries(start time.Time, tries []try) []string {
+	var out []string
+	for i, tr := range tries {
+		pause := "-"
+		if i > 0 {
+			pause = fmt.Sprintf("%.3fs", tr.start.Sub(tries[i-1].end).Seconds())
+		}
+		got := fmt.Sprint(tr.status)
+		switch {
+		case tr.err != nil:
+			got = "error " + errorChain(tr.err)
+		case tr.local():
+			got += fmt.Sprintf(" local (Retry-After %s s, Retry-After-Ms %s, X-Amz-Retry-After %s)",
+				tr.header.Get("Retry-After"), tr.header.Get("Retry-After-Ms"), tr.header.Get("X-Amz-Retry-After"))
+		}
+		out = append(out, fmt.Sprintf("try %d at %.3fs, pause %s: %s", i+1, tr.start.Sub(start).Seconds(), pause, got))
+	}
+	return out
 }
 
 func (c *countingRT) CloseIdleConnections() { c.next.CloseIdleConnections() }
@@ -254,6 +354,9 @@ func table(rs []result) string {
 		}
 		fmt.Fprintf(&b, "%-8s | %-58s | %8d | %8s | %5d | %5d | %s; give-ups: %s\n", r.SDK, r.Scenario,
 			r.AttemptsPerCall, promised, r.SDKTries, r.Connections, r.ErrorType, strings.Join(r.GiveUps, ", "))
+		for _, l := range r.TryLog {
+			fmt.Fprintf(&b, "%-8s | %-58s |   %s\n", "", "", l)
+		}
 	}
 	return b.String()
 }

@@ -5,6 +5,10 @@
 //
 //	go run ./examples/herd
 //	go run ./examples/herd -clients 500 -outage 2s -base 50ms -cap 2s -attempts 8
+//
+// The last row puts a dispatcher above the transport: every failure that
+// RoundTrip hands back is sent again at the instant the transport's RetryAt
+// advises, until it is delivered or the give-up horizon (-redrive) passes.
 package main
 
 import (
@@ -28,6 +32,7 @@ type config struct {
 	base     time.Duration
 	cap      time.Duration
 	attempts int
+	redrive  time.Duration // the redrive row's give-up horizon; 0 leaves the row out
 	svg      string
 	progress io.Writer // nil: no progress line
 }
@@ -39,19 +44,23 @@ func main() {
 	flag.DurationVar(&c.base, "base", 75*time.Millisecond, "policy base: bound of the first retry")
 	flag.DurationVar(&c.cap, "cap", 3*time.Second, "policy cap")
 	flag.IntVar(&c.attempts, "attempts", 10, "attempts per delivery, the first included")
+	flag.DurationVar(&c.redrive, "redrive", 20*time.Second, "give-up horizon of the redrive row, from the run's start; 0 leaves the row out")
 	flag.StringVar(&c.svg, "svg", "herd.svg", "where to write the chart")
 	flag.Parse()
 	c.progress = os.Stderr
-	if err := run(c, os.Stdout); err != nil {
+	if _, err := run(c, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "herd:", err)
 		os.Exit(1)
 	}
 }
 
-// policy is one run: a name and the transport's options.
+// policy is one run: a name, the transport's options, and, for a
+// dispatcher that redrives failures at the instant RetryAt advises, the
+// give-up horizon (0: each delivery is one call).
 type policy struct {
-	name string
-	opts []retryhttp.Option
+	name    string
+	opts    []retryhttp.Option
+	redrive time.Duration
 }
 
 func policies(c config) []policy {
@@ -60,21 +69,33 @@ func policies(c config) []policy {
 			retryhttp.WithBudget(nil), retryhttp.WithBreaker(nil)}, more...)
 	}
 	full := retryhttp.FullJitter{Base: c.base, Cap: c.cap}
-	return []policy{
-		{"no backoff", alone(retryhttp.Immediate{})},
-		{"plain exponential", alone(retryhttp.Exponential{Base: c.base, Cap: c.cap})},
-		{"equal jitter", alone(retryhttp.EqualJitter{Base: c.base, Cap: c.cap})},
-		{"full jitter", alone(full)},
-		{"decorrelated jitter", alone(retryhttp.DecorrelatedJitter{Base: c.base, Cap: c.cap})},
-		{"full jitter + budget + breaker", alone(full,
+	guarded := func() []retryhttp.Option {
+		return alone(full,
 			retryhttp.WithBudget(retryhttp.NewBudget(retryhttp.BudgetConfig{})),
-			retryhttp.WithBreaker(retryhttp.NewBreaker(retryhttp.BreakerConfig{})))},
+			retryhttp.WithBreaker(retryhttp.NewBreaker(retryhttp.BreakerConfig{})))
 	}
+	ps := []policy{
+		{name: "no backoff", opts: alone(retryhttp.Immediate{})},
+		{name: "plain exponential", opts: alone(retryhttp.Exponential{Base: c.base, Cap: c.cap})},
+		{name: "equal jitter", opts: alone(retryhttp.EqualJitter{Base: c.base, Cap: c.cap})},
+		{name: "full jitter", opts: alone(full)},
+		{name: "decorrelated jitter", opts: alone(retryhttp.DecorrelatedJitter{Base: c.base, Cap: c.cap})},
+		{name: "full jitter + budget + breaker", opts: guarded()},
+	}
+	if c.redrive > 0 {
+		ps = append(ps, policy{name: redriveName, opts: guarded(), redrive: c.redrive})
+	}
+	return ps
 }
 
-func run(c config, w io.Writer) error {
-	if c.clients < 1 || c.attempts < 1 || c.outage < 0 || c.base <= 0 || c.cap <= 0 {
-		return fmt.Errorf("need clients >= 1, attempts >= 1, outage >= 0, base > 0, cap > 0")
+// redriveName is the name of the row where a dispatcher redrives failures.
+const redriveName = "full jitter + budget + breaker + redrive"
+
+// run runs every policy in turn, prints the table to w, writes the chart,
+// and returns the rows.
+func run(c config, w io.Writer) ([]result, error) {
+	if c.clients < 1 || c.attempts < 1 || c.outage < 0 || c.base <= 0 || c.cap <= 0 || c.redrive < 0 {
+		return nil, fmt.Errorf("need clients >= 1, attempts >= 1, outage >= 0, base > 0, cap > 0, redrive >= 0")
 	}
 	ep := newEndpoint(c.outage)
 	defer ep.srv.Close()
@@ -82,35 +103,44 @@ func run(c config, w io.Writer) error {
 	for _, p := range policies(c) {
 		r, err := runPolicy(c, ep, p)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		results = append(results, r)
 	}
 	fmt.Fprintf(w, "%d deliveries per policy, endpoint down %v, base %v, cap %v, %d attempts; counts are the server's\n\n",
 		c.clients, c.outage, c.base, c.cap, c.attempts)
 	printTable(w, results, c.clients)
+	for _, r := range results {
+		if r.redrive != nil {
+			rd := r.redrive
+			fmt.Fprintf(w, "\n%s: redriven %d times (%d at once: RetryAt's instant had come), horizon %v, %d gave up; RetryAt advised %v\n",
+				r.name, rd.redrives, rd.atOnce, rd.horizon, rd.gaveUp, rd.advice)
+		}
+	}
 	if c.svg != "" {
 		f, err := os.Create(c.svg)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		writeSVG(f, results, c.outage)
+		writeSVG(f, results, c.outage, c.clients)
 		if err := f.Close(); err != nil {
-			return err
+			return nil, err
 		}
 		fmt.Fprintf(w, "\nchart: %s\n", c.svg)
 	}
-	return nil
+	return results, nil
 }
 
 // runPolicy sends c.clients deliveries at once through a client using the
 // policy and waits for every one to end. Each delivery is bounded by its
-// attempts and by a context deadline, so the run stops by itself.
+// attempts, by its redrive horizon, and by a context deadline, so the run
+// stops by itself.
 func runPolicy(c config, ep *endpoint, p policy) (result, error) {
 	next := &http.Transport{MaxIdleConnsPerHost: c.clients, IdleConnTimeout: 10 * time.Second}
 	defer next.CloseIdleConnections()
-	client := &http.Client{Transport: retryhttp.New(next, p.opts...)}
-	deadline := c.outage + time.Duration(c.attempts)*c.cap + 10*time.Second
+	tr := retryhttp.New(next, p.opts...)
+	client := &http.Client{Transport: tr}
+	deadline := max(c.outage+time.Duration(c.attempts)*c.cap, p.redrive) + 10*time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 
@@ -118,24 +148,15 @@ func runPolicy(c config, ep *endpoint, p policy) (result, error) {
 		return result{}, err
 	}
 	ep.reset()
+	d := &dispatcher{tr: tr, horizon: time.Now().Add(p.redrive), fallback: retryhttp.FullJitter{Base: c.base, Cap: c.cap}, advice: map[string]int{}}
 	var wg sync.WaitGroup
 	var done, failed atomic.Int64
 	for i := range c.clients {
 		wg.Go(func() {
 			defer done.Add(1)
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, ep.srv.URL+"/hook", nil)
-			if err != nil {
+			if !d.deliver(ctx, client, ep.srv.URL+"/hook", i, p.redrive > 0) {
 				failed.Add(1)
-				return
 			}
-			req.Header.Set("X-Delivery", strconv.Itoa(i))
-			resp, err := client.Do(req)
-			if err != nil {
-				failed.Add(1)
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
 		})
 	}
 	stop := make(chan struct{})
@@ -147,10 +168,10 @@ func runPolicy(c config, ep *endpoint, p policy) (result, error) {
 			for {
 				select {
 				case <-stop:
-					fmt.Fprintf(c.progress, "\r%-32s done %d/%d          \n", p.name, done.Load(), c.clients)
+					fmt.Fprintf(c.progress, "\r%-42s done %d/%d          \n", p.name, done.Load(), c.clients)
 					return
 				case <-tick.C:
-					fmt.Fprintf(c.progress, "\r%-32s done %d/%d", p.name, done.Load(), c.clients)
+					fmt.Fprintf(c.progress, "\r%-42s done %d/%d", p.name, done.Load(), c.clients)
 				}
 			}
 		})
@@ -158,7 +179,92 @@ func runPolicy(c config, ep *endpoint, p policy) (result, error) {
 	wg.Wait()
 	close(stop)
 	progress.Wait()
-	return ep.result(p.name, c.clients), nil
+	r := ep.result(p.name, c.clients)
+	if p.redrive > 0 {
+		d.mu.Lock()
+		r.redrive = &redriveStats{horizon: p.redrive, redrives: d.redrives, atOnce: d.atOnce, gaveUp: d.gaveUp, advice: d.advice}
+		d.mu.Unlock()
+	}
+	return r, nil
+}
+
+// dispatcher is what sits above the transport: it sends each delivery and,
+// when redriving, sends a failed one again at the instant the transport's
+// RetryAt advises.
+type dispatcher struct {
+	tr       *retryhttp.Transport
+	horizon  time.Time        // no redrive is scheduled after it
+	fallback retryhttp.Policy // draws the wait when RetryAt gives the zero time
+
+	mu       sync.Mutex
+	redrives int            // guarded by mu
+	atOnce   int            // redrives whose advised instant had already come; guarded by mu
+	gaveUp   int            // deliveries whose next instant fell past the horizon; guarded by mu
+	advice   map[string]int // RetryAt's reasons, per failure; guarded by mu
+}
+
+// maxRedrives bounds the calls one delivery makes after its first: RetryAt
+// may advise "now" again and again, and only the horizon bounds time.
+const maxRedrives = 100_000
+
+// deliver makes delivery i: one call through the client, or, with redrive,
+// calls until one gets a 200, each after the instant RetryAt advised for
+// the failure before (never earlier). When RetryAt gives the zero time (an
+// outcome nothing explains), the wait is the fallback's draw for the n-th
+// redrive: full jitter with the run's base and cap. It reports whether the
+// delivery got a 200.
+func (d *dispatcher) deliver(ctx context.Context, client *http.Client, url string, i int, redrive bool) bool {
+	for pass := 0; pass <= maxRedrives; pass++ {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return false
+		}
+		req.Header.Set("X-Delivery", strconv.Itoa(i))
+		resp, err := client.Do(req)
+		ok := err == nil && resp.StatusCode == http.StatusOK
+		var at time.Time
+		var why retryhttp.Advice
+		if !ok && redrive {
+			at, why = d.tr.RetryAt(resp, err)
+			if at.IsZero() {
+				at = time.Now().Add(d.fallback.Delay(pass+1, 0))
+			}
+		}
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		if ok || !redrive {
+			return ok
+		}
+		d.mu.Lock()
+		d.advice[why.String()]++
+		late := at.After(d.horizon)
+		if late {
+			d.gaveUp++
+		}
+		d.mu.Unlock()
+		if late || ctx.Err() != nil {
+			return false
+		}
+		wait := time.Until(at)
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return false
+			}
+		}
+		d.mu.Lock()
+		d.redrives++
+		if wait <= 0 {
+			d.atOnce++
+		}
+		d.mu.Unlock()
+	}
+	return false
 }
 
 // warm opens n keep-alive connections to the endpoint before a run, so that
@@ -193,14 +299,14 @@ func warm(ctx context.Context, next http.RoundTripper, url string, n int) error 
 }
 
 func printTable(w io.Writer, rs []result, deliveries int) {
-	fmt.Fprintf(w, "%-32s %12s %12s %14s %9s %8s %8s %6s\n",
+	fmt.Fprintf(w, "%-42s %12s %12s %14s %9s %8s %8s %6s\n",
 		"policy", "peak outage", "peak recov.", "t99 delivered", "delivered", "attempts", "wasted", "conns")
 	for _, r := range rs {
 		t99 := fmt.Sprintf("never (%.0f%%)", 100*float64(r.delivered)/float64(deliveries))
 		if r.t99 >= 0 {
 			t99 = fmt.Sprintf("%.2f s", r.t99.Seconds())
 		}
-		fmt.Fprintf(w, "%-32s %10.0f/s %10.0f/s %14s %9d %8d %8d %6d\n",
+		fmt.Fprintf(w, "%-42s %10.0f/s %10.0f/s %14s %9d %8d %8d %6d\n",
 			r.name, r.peakOutageRPS, r.peakRecoveryRPS, t99, r.delivered, r.attempts, r.wasted, r.conns)
 	}
 }

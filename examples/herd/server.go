@@ -103,6 +103,16 @@ type result struct {
 	attempts        int
 	wasted          int
 	conns           int
+	redrive         *redriveStats // the dispatcher's counts; nil without redrive
+}
+
+// redriveStats is what the dispatcher of a redrive row counted.
+type redriveStats struct {
+	horizon  time.Duration
+	redrives int            // calls after a delivery's first
+	atOnce   int            // of which RetryAt's instant had already come
+	gaveUp   int            // deliveries whose next instant fell past the horizon
+	advice   map[string]int // RetryAt's reasons, one per failure
 }
 
 func (e *endpoint) result(name string, deliveries int) result {

@@ -4,60 +4,157 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"math"
 	"strings"
 	"time"
 )
 
-var colours = []string{"#d62728", "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"}
+// The chart's layout, in pixels: small multiples, one panel per policy,
+// stacked, on shared axes.
+const (
+	svgWidth    = 960
+	svgLeft     = 78 // room for the y tick labels and the axis title
+	svgRight    = 24
+	svgHeader   = 58 // the chart's title and subtitle
+	svgTitleH   = 20 // each panel's title, above its plot
+	svgPlotH    = 72 // each panel's plot
+	svgGap      = 14 // between a plot and the next panel's title
+	svgFooter   = 46 // the x tick labels and the axis title
+	svgPlotW    = svgWidth - svgLeft - svgRight
+	svgPanelH   = svgTitleH + svgPlotH + svgGap
+	svgLine     = "#1f4e79"
+	svgArea     = "#c6dbef"
+	svgDown     = "#f6d5d1"
+	svgGrid     = "#e3e3e3"
+	svgMaxTicks = 4 // at most this many intervals on the y axis
+)
 
-// writeSVG draws req/s over time, one line per policy, with the outage
-// shaded, in a self-contained SVG that a browser opens.
-func writeSVG(w io.Writer, rs []result, outage time.Duration) {
-	const (
-		width, height         = 960, 480
-		left, right, top, bot = 70, 220, 30, 50
-		plotW, plotH          = width - left - right, height - top - bot
-		perSecond             = float64(time.Second / bucket)
-	)
-	buckets, peak := 1, 1.0
+// writeSVG draws, for each policy, the attempts that reached the endpoint
+// in each 100 ms bucket, as small multiples: one panel per policy, stacked,
+// on one y scale with round ticks and one x scale in seconds, the outage
+// shaded in every panel, the policy's name as the panel's title. The SVG is
+// self-contained: a browser or an image converter opens it as it is.
+func writeSVG(w io.Writer, rs []result, outage time.Duration, deliveries int) {
+	buckets, peak := 1, 1
 	for _, r := range rs {
 		buckets = max(buckets, len(r.perBucket))
 		for _, n := range r.perBucket {
-			peak = max(peak, float64(n)*perSecond)
+			peak = max(peak, n)
 		}
 	}
-	x := func(b float64) float64 { return left + b*plotW/float64(buckets) }
-	y := func(rps float64) float64 { return top + plotH - rps*plotH/peak }
+	// The x axis runs to a whole tick past the longest run.
+	span := float64(buckets) * bucket.Seconds()
+	xStep := niceStep(span, 10)
+	xEnd := math.Ceil(span/xStep-1e-9) * xStep
+	yStep := max(niceStep(float64(peak), svgMaxTicks), 1) // counts: whole ticks
+	yTop := math.Ceil(float64(peak)/yStep-1e-9) * yStep
+
+	height := svgHeader + len(rs)*svgPanelH + svgFooter
+	x := func(seconds float64) float64 { return svgLeft + seconds*svgPlotW/xEnd }
 
 	var s strings.Builder
-	fmt.Fprintf(&s, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
-	fmt.Fprintf(&s, `<rect width="%d" height="%d" fill="white"/>`+"\n", width, height)
-	fmt.Fprintf(&s, `<text x="%d" y="18" font-size="14">Attempts reaching the endpoint (req/s, 100 ms buckets); shaded: endpoint down</text>`+"\n", left)
-	fmt.Fprintf(&s, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="#eee"/>`+"\n", x(0), top, x(float64(outage/bucket))-x(0), plotH)
-	// Axes and ticks: a log-free linear scale, five steps each way.
-	fmt.Fprintf(&s, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", left, top+plotH, left+plotW, top+plotH)
-	fmt.Fprintf(&s, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", left, top, left, top+plotH)
-	for i := 0; i <= 5; i++ {
-		v := peak * float64(i) / 5
-		fmt.Fprintf(&s, `<text x="%d" y="%.1f" text-anchor="end">%.0f</text>`+"\n", left-6, y(v)+4, v)
-		b := float64(buckets) * float64(i) / 5
-		fmt.Fprintf(&s, `<text x="%.1f" y="%d" text-anchor="middle">%.1f s</text>`+"\n", x(b), top+plotH+18, b/perSecond)
-	}
+	fmt.Fprintf(&s, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="Helvetica, Arial, sans-serif" font-size="11">`+"\n",
+		svgWidth, height, svgWidth, height)
+	fmt.Fprintf(&s, `<rect width="%d" height="%d" fill="white"/>`+"\n", svgWidth, height)
+	fmt.Fprintf(&s, `<text x="%d" y="22" font-size="15" font-weight="bold">Attempts reaching the endpoint per 100 ms, %s deliveries per policy</text>`+"\n",
+		svgLeft, thousands(deliveries))
+	fmt.Fprintf(&s, `<text x="%d" y="40" fill="#555">Shaded: endpoint down (first %v). Same scales in every panel; 1 attempt per 100 ms is 10 req/s.</text>`+"\n",
+		svgLeft, outage)
+
 	for i, r := range rs {
-		c := colours[i%len(colours)]
-		var pts strings.Builder
-		for b := range buckets {
-			n := 0
-			if b < len(r.perBucket) {
-				n = r.perBucket[b]
-			}
-			fmt.Fprintf(&pts, "%.1f,%.1f ", x(float64(b)+0.5), y(float64(n)*perSecond))
+		top := float64(svgHeader + i*svgPanelH + svgTitleH) // the plot's top
+		bot := top + svgPlotH
+		y := func(n float64) float64 { return bot - n*svgPlotH/yTop }
+		fmt.Fprintf(&s, `<g class="panel">`+"\n")
+		fmt.Fprintf(&s, `<text x="%d" y="%.1f" font-size="13" font-weight="bold">%s</text>`+"\n", svgLeft, top-6, html.EscapeString(r.name))
+		fmt.Fprintf(&s, `<text x="%d" y="%.1f" text-anchor="end" fill="#555">%s</text>`+"\n", svgWidth-svgRight, top-6, html.EscapeString(summary(r, deliveries)))
+		fmt.Fprintf(&s, `<rect class="outage" x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s"/>`+"\n",
+			x(0), top, x(min(outage.Seconds(), xEnd))-x(0), svgPlotH, svgDown)
+		if i == 0 && outage > 0 {
+			fmt.Fprintf(&s, `<text x="%.1f" y="%.1f" text-anchor="end" font-size="10" fill="#a33">endpoint down</text>`+"\n",
+				x(min(outage.Seconds(), xEnd))-4, top+12)
 		}
-		fmt.Fprintf(&s, `<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/>`+"\n", c, strings.TrimSpace(pts.String()))
-		ly := top + 16*i + 10
-		fmt.Fprintf(&s, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="3"/>`+"\n", width-right+10, ly, width-right+30, ly, c)
-		fmt.Fprintf(&s, `<text x="%d" y="%d">%s</text>`+"\n", width-right+36, ly+4, html.EscapeString(r.name))
+		for k := 0; float64(k)*yStep <= yTop+yStep/2; k++ {
+			v := float64(k) * yStep
+			fmt.Fprintf(&s, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s"/>`+"\n", svgLeft, y(v), svgWidth-svgRight, y(v), svgGrid)
+			fmt.Fprintf(&s, `<text x="%d" y="%.1f" text-anchor="end" fill="#555">%s</text>`+"\n", svgLeft-6, y(v)+4, thousands(int(v)))
+		}
+		for k := 0; float64(k)*xStep <= xEnd+xStep/2; k++ {
+			v := float64(k) * xStep
+			fmt.Fprintf(&s, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", x(v), top, x(v), bot, svgGrid)
+		}
+		// One bucket is one step: a flat segment over its 100 ms. The
+		// line starts and ends on the baseline, so its fill is the area
+		// under it.
+		var pts strings.Builder
+		fmt.Fprintf(&pts, "%.1f,%.1f", x(0), bot)
+		for b, n := range r.perBucket {
+			t0, t1 := float64(b)*bucket.Seconds(), float64(b+1)*bucket.Seconds()
+			fmt.Fprintf(&pts, " %.1f,%.1f %.1f,%.1f", x(t0), y(float64(n)), x(t1), y(float64(n)))
+		}
+		fmt.Fprintf(&pts, " %.1f,%.1f", x(float64(len(r.perBucket))*bucket.Seconds()), bot)
+		fmt.Fprintf(&s, `<polyline fill="%s" stroke="%s" stroke-width="1.2" stroke-linejoin="round" points="%s"/>`+"\n", svgArea, svgLine, pts.String())
+		fmt.Fprintf(&s, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#888"/>`+"\n", svgLeft, bot, svgWidth-svgRight, bot)
+		fmt.Fprintf(&s, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#888"/>`+"\n", svgLeft, top, svgLeft, bot)
+		s.WriteString("</g>\n")
 	}
+
+	// The x axis, once, under the last panel.
+	axis := float64(svgHeader + len(rs)*svgPanelH - svgGap)
+	for k := 0; float64(k)*xStep <= xEnd+xStep/2; k++ {
+		v := float64(k) * xStep
+		fmt.Fprintf(&s, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#888"/>`+"\n", x(v), axis, x(v), axis+4)
+		fmt.Fprintf(&s, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555">%s</text>`+"\n", x(v), axis+17, seconds(v))
+	}
+	fmt.Fprintf(&s, `<text x="%.1f" y="%.1f" text-anchor="middle">seconds since the outage began</text>`+"\n", svgLeft+svgPlotW/2.0, axis+36)
+	mid := float64(svgHeader) + float64(len(rs)*svgPanelH)/2
+	fmt.Fprintf(&s, `<text transform="translate(16 %.1f) rotate(-90)" text-anchor="middle">attempts per 100 ms</text>`+"\n", mid)
 	s.WriteString("</svg>\n")
 	_, _ = io.WriteString(w, s.String())
+}
+
+// niceStep returns a round step (1, 2, 2.5 or 5 times a power of ten) that
+// divides [0, v] into at most n intervals.
+func niceStep(v float64, n int) float64 {
+	if v <= 0 {
+		return 1
+	}
+	raw := v / float64(n)
+	mag := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 2.5, 5, 10} {
+		if m*mag >= raw-1e-9 {
+			return m * mag
+		}
+	}
+	return 10 * mag
+}
+
+// summary is a panel's figures, after its title.
+func summary(r result, deliveries int) string {
+	t99 := "t99 never"
+	if r.t99 >= 0 {
+		t99 = fmt.Sprintf("t99 %.1f s", r.t99.Seconds())
+	}
+	return fmt.Sprintf("delivered %s of %s · %s · wasted %s · peak at recovery %s/s",
+		thousands(r.delivered), thousands(deliveries), t99, thousands(r.wasted), thousands(int(r.peakRecoveryRPS)))
+}
+
+// seconds formats a tick in seconds: whole seconds without decimals.
+func seconds(v float64) string {
+	if v == math.Trunc(v) {
+		return fmt.Sprintf("%.0f s", v)
+	}
+	return fmt.Sprintf("%.1f s", v)
+}
+
+// thousands formats n with commas: 12,345.
+func thousands(n int) string {
+	s := fmt.Sprint(n)
+	if n < 0 {
+		return "-" + thousands(-n)
+	}
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }

@@ -33,6 +33,37 @@ const (
 	// full-jitter delivery's bounds sum to 141 s, so all but a sliver of
 	// deliveries still have an attempt left when the endpoint recovers.
 	attempts = 12
+	// redriveHorizon is the redrive row's give-up horizon: a dispatcher
+	// keeps a delivery for a minute from t = 0, three times the outage.
+	redriveHorizon = 60 * time.Second
+	// redriveRow is the row where a dispatcher redrives each failure at
+	// the instant the transport's RetryAt advises (see Scenario.Redrive).
+	redriveRow = "full jitter + budget + breaker + redrive"
+)
+
+// The bounds the redrive row is meant to meet, and which the library does
+// not meet yet. Measured with the default budget and breaker (one run
+// shown; every run is within a few percent):
+//
+//   - wasted: about 600,000, 8x full jitter's, against a bound of 0.15x.
+//     Every one of them comes in the 2 s before the circuit trips, when
+//     RetryAt's advice is the budget's: a redriven delivery is a new call
+//     to RoundTrip, which deposits a tenth of a token instead of spending
+//     one, and whose first attempt no budget checks; RetryAt then tells
+//     every refused delivery "now" (two in three times: the redrives'
+//     own deposits refill the bank) or "within one floor refill" (at most
+//     200 ms), the same instant for thousands of them.
+//   - peak recovery: about 2,300/s against full jitter's 900-1,100/s.
+//     The circuit's advice spreads the 10,000 refused deliveries over
+//     OpenFor (5 s) after the open time, whatever their number: 2,000/s
+//     on average. With OpenFor 15 s the peak is 880/s.
+//
+// While a gap is true the test asserts the bound is missed, so that a
+// library that meets it fails here and the gap is set to false; then the
+// bound is asserted as stated.
+const (
+	redriveWastedGap   = true
+	redriveRecoveryGap = true
 )
 
 // row is one line of the table, in the JSON form the issue fixes.
@@ -46,6 +77,11 @@ type row struct {
 	Sent            int      `json:"attempts"`
 	Wasted          int      `json:"wasted"`
 	Per100ms        []int    `json:"per_100ms"`
+	// Redrive rows only.
+	RedriveHorizon *float64       `json:"redrive_horizon_s,omitempty"`
+	Redrives       int            `json:"redrives,omitempty"`
+	Advice         map[string]int `json:"retry_at_advice,omitempty"`
+	AtOnce         int            `json:"-"`
 }
 
 func scenarios(maxAttempts int) []Scenario {
@@ -68,6 +104,15 @@ func scenarios(maxAttempts int) []Scenario {
 		{Name: "full jitter + budget + breaker", Options: alone(full,
 			retryhttp.WithBudget(retryhttp.NewBudget(retryhttp.BudgetConfig{})),
 			retryhttp.WithBreaker(retryhttp.NewBreaker(retryhttp.BreakerConfig{})))},
+		// The row above under a dispatcher: every failure RoundTrip hands
+		// back is redriven, through the same transport, at the instant its
+		// RetryAt advises; the fallback for the zero time is the policy's
+		// own full-jitter draw. A redriven attempt is an attempt after the
+		// delivery's first, so the endpoint counts it as a retry, and as
+		// wasted if it fails, like any other row's retries.
+		{Name: redriveRow, Redrive: redriveHorizon, RedriveFallback: full, Options: alone(full,
+			retryhttp.WithBudget(retryhttp.NewBudget(retryhttp.BudgetConfig{})),
+			retryhttp.WithBreaker(retryhttp.NewBreaker(retryhttp.BreakerConfig{})))},
 		{Name: "full jitter + 50ms first-attempt jitter", Options: alone(full, retryhttp.WithFirstAttemptJitter(50*time.Millisecond))},
 		{Name: "Retry-After: 5, spread 1s", RetryAfter: "5", Options: alone(full)},
 		{Name: "Retry-After: 5, no spread", RetryAfter: "5", Options: alone(full, retryhttp.WithRetryAfterSpread(0))},
@@ -84,13 +129,19 @@ func TestSeedTable(t *testing.T) {
 			if n == seedAttempts && (strings.Contains(s.Name, "Retry-After") || strings.Contains(s.Name, "first-attempt")) {
 				continue // the seed's four-attempt table has the policy rows only
 			}
+			if n == seedAttempts && s.Redrive > 0 {
+				// The dispatcher, not the allowance, shapes the redrive
+				// row: with four attempts its figures are the same within
+				// a few percent, and a run costs about 15 s under -race.
+				continue
+			}
 			s.Deliveries, s.Outage = deliveries, outage
 			var r Result
 			synctest.Test(t, func(t *testing.T) { r = Run(s) })
 			if n == attempts {
 				results[s.Name] = r
 			}
-			rows = append(rows, toRow(r, n))
+			rows = append(rows, toRow(s, r, n))
 		}
 	}
 	t.Log("\n" + table(rows))
@@ -111,6 +162,30 @@ func TestSeedTable(t *testing.T) {
 	require.LessOrEqual(t, full.PeakRecoveryRPS, 0.2*plain.PeakRecoveryRPS, "full jitter's peak at recovery vs plain's")
 	budget := results["full jitter + budget"]
 	require.LessOrEqual(t, float64(budget.Wasted), 0.1*float64(full.Wasted), "budget's wasted attempts vs full jitter's alone")
+	// The redrive row: a dispatcher that asks RetryAt delivers everything
+	// within its horizon, ...
+	redrive := results[redriveRow]
+	require.Equal(t, deliveries, redrive.Delivered, "redrive: every delivery made")
+	require.Zero(t, redrive.GaveUp, "redrive: no delivery reached the horizon")
+	require.Positive(t, redrive.Redrives, "redrive: failures were redriven")
+	require.Equal(t, deliveries, redrive.CircuitOpen, "redrive: every delivery was refused by the open circuit at least once")
+	// ... and is meant to waste at most 0.15x what full jitter alone
+	// wastes, and to arrive at recovery no harder than full jitter does.
+	// See redriveWastedGap and redriveRecoveryGap.
+	wastedOK := float64(redrive.Wasted) <= 0.15*float64(full.Wasted)
+	if redriveWastedGap {
+		require.False(t, wastedOK, "redrive: wasted %d <= 0.15x full jitter's %d: the library now meets the bound; set redriveWastedGap to false",
+			redrive.Wasted, full.Wasted)
+	} else {
+		require.True(t, wastedOK, "redrive: wasted %d vs 0.15x full jitter's %d", redrive.Wasted, full.Wasted)
+	}
+	recoveryOK := redrive.PeakRecoveryRPS <= full.PeakRecoveryRPS
+	if redriveRecoveryGap {
+		require.False(t, recoveryOK, "redrive: peak at recovery %.0f/s <= full jitter's %.0f/s: the library now meets the bound; set redriveRecoveryGap to false",
+			redrive.PeakRecoveryRPS, full.PeakRecoveryRPS)
+	} else {
+		require.True(t, recoveryOK, "redrive: peak at recovery %.0f/s vs full jitter's %.0f/s", redrive.PeakRecoveryRPS, full.PeakRecoveryRPS)
+	}
 	spread, herd := results["Retry-After: 5, spread 1s"], results["Retry-After: 5, no spread"]
 	require.LessOrEqual(t, peak(spread), 0.25*peak(herd), "Retry-After herd: peak with the spread vs without")
 
@@ -127,15 +202,23 @@ func TestSeedTable(t *testing.T) {
 
 func peak(r Result) float64 { return max(r.PeakOutageRPS, r.PeakRecoveryRPS) }
 
-func toRow(r Result, maxAttempts int) row {
+func toRow(s Scenario, r Result, maxAttempts int) row {
 	out := row{
 		Policy: r.Name, Attempts: maxAttempts,
 		PeakOutageRPS: r.PeakOutageRPS, PeakRecoveryRPS: r.PeakRecoveryRPS,
 		Delivered: r.Delivered, Sent: r.Attempts, Wasted: r.Wasted, Per100ms: r.PerBucket,
 	}
 	if r.T99 != nil {
-		s := r.T99.Seconds()
-		out.T99 = &s
+		t := r.T99.Seconds()
+		out.T99 = &t
+	}
+	if s.Redrive > 0 {
+		h := s.Redrive.Seconds()
+		out.RedriveHorizon, out.Redrives, out.AtOnce = &h, r.Redrives, r.AtOnce
+		out.Advice = map[string]int{}
+		for a, n := range r.Advice {
+			out.Advice[a.String()] = n
+		}
 	}
 	return out
 }
@@ -153,6 +236,10 @@ func table(rows []row) string {
 		}
 		fmt.Fprintf(&b, "%-42s %8d %10.0f/s %10.0f/s %16s %9d %9d %9d\n",
 			r.Policy, r.Attempts, r.PeakOutageRPS, r.PeakRecoveryRPS, t99, r.Delivered, r.Sent, r.Wasted)
+		if r.RedriveHorizon != nil {
+			fmt.Fprintf(&b, "    redriven %d times (%d at once), horizon %.0f s; RetryAt advised %v\n",
+				r.Redrives, r.AtOnce, *r.RedriveHorizon, r.Advice)
+		}
 		fmt.Fprintf(&b, "    per 100 ms: %s\n", sparkline(r.Per100ms, 400))
 	}
 	return b.String()
