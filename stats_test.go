@@ -252,7 +252,7 @@ func TestStatsDelayHistogramFullJitter(t *testing.T) {
 }
 
 // TestStatsDelayHistogramRetryAfterZero shows the other signature the
-// names: an endpoint answering Retry-After: 0, honoured with no spread, puts
+// DelayHistogram doc names: an endpoint answering Retry-After: 0, honoured with no spread, puts
 // every delay of every retry in bucket 0, [0, 1 ms) — the spike at zero.
 func TestStatsDelayHistogramRetryAfterZero(t *testing.T) {
 	const requests, attempts = 1000, 4
