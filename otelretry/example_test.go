@@ -33,7 +33,12 @@ func ExampleNewHooks() {
 	if err != nil {
 		panic(err)
 	}
-	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithHooks(hooks))}
+	onChange, err := otelretry.OnStateChange(provider)
+	if err != nil {
+		panic(err)
+	}
+	breaker := retryhttp.NewBreaker(retryhttp.BreakerConfig{OnStateChange: onChange})
+	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithHooks(hooks), retryhttp.WithBreaker(breaker))}
 	defer client.CloseIdleConnections()
 
 	resp, err := client.Get(server.URL)

@@ -63,10 +63,9 @@
 //
 // Install the hooks on the transport with retryhttp.WithHooks, or per
 // request with retryhttp.ContextWithHooks, not both: a request that carries
-// them twice is counted twice. A Breaker reports a change of circuit
-// through the transport whose request caused it, so when a Breaker is shared
-// between transports, give every one of them these hooks, or
-// retryhttp.circuit.open may count an opening without its closing.
+// them twice is counted twice. Circuit changes are recorded by
+// OnStateChange, given to the Breaker, which reports each change once
+// however many transports share it.
 package otelretry
 
 import (
@@ -133,8 +132,28 @@ func NewHooks(mp metric.MeterProvider, opts ...Option) (*retryhttp.Hooks, error)
 		AttemptDone:    r.attemptDone,
 		RetryScheduled: r.retryScheduled,
 		GiveUp:         r.giveUp,
-		CircuitChange:  r.circuitChange,
 	}, nil
+}
+
+// OnStateChange returns a function for retryhttp.BreakerConfig.OnStateChange
+// that records the breaker's circuit changes (retryhttp.circuit.transitions,
+// retryhttp.circuit.open) with the same instruments as NewHooks. The
+// Breaker calls it once for each change, whichever transport's request made
+// it, so the open-circuit gauge stays true for a Breaker shared between
+// transports. mp and opts are as for NewHooks.
+func OnStateChange(mp metric.MeterProvider, opts ...Option) (func(retryhttp.CircuitChangeInfo), error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	r, err := newRecorder(mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL)), c)
+	if err != nil {
+		return nil, err
+	}
+	return r.circuitChange, nil
 }
 
 // recorder holds the instruments and the attribute sets recorded on them.

@@ -322,14 +322,20 @@ func TestCircuit(t *testing.T) {
 		reader, mp := newProvider(t)
 		hooks, err := otelretry.NewHooks(mp)
 		require.NoError(t, err)
+		onChange, err := otelretry.OnStateChange(mp)
+		require.NoError(t, err)
 		breaker := retryhttp.NewBreaker(retryhttp.BreakerConfig{
 			Span: time.Millisecond, MinFailures: 2, OpenFor: time.Minute, OpenJitter: -1,
+			OnStateChange: onChange,
 		})
 		// Each failure takes a millisecond, so the second is a span after
 		// the first, and trips the circuit.
 		next := script(reply{status: 503, wait: time.Millisecond}, reply{status: 503, wait: time.Millisecond}, reply{status: 200})
 		tr := retryhttp.New(next, retryhttp.WithHooks(hooks), retryhttp.WithPolicy(retryhttp.Immediate{}),
 			retryhttp.WithBudget(nil), retryhttp.WithBreaker(breaker))
+		// A second transport shares the breaker, without the hooks: the
+		// breaker still reports its changes once.
+		other := retryhttp.New(next, retryhttp.WithBudget(nil), retryhttp.WithBreaker(breaker))
 
 		// The first request trips the circuit on its second attempt, so no
 		// third is scheduled and it gets that 503 back; the second request
@@ -348,10 +354,10 @@ func TestCircuit(t *testing.T) {
 		}, got.sums)
 		assert.Equal(t, map[string]uint64{retry1: 1}, got.counts["retryhttp.retry.delay"])
 
-		// After OpenFor, a probe half-opens the circuit and its success
-		// closes it.
+		// After OpenFor, a probe through the other transport half-opens the
+		// circuit and its success closes it: the gauge follows.
 		time.Sleep(time.Minute)
-		sendAll(t, tr, get(http.MethodGet, "https://api.example/c"))
+		sendAll(t, other, get(http.MethodGet, "https://api.example/c"))
 		got = collect(t, reader)
 		assert.Equal(t, map[string]int64{
 			"retryhttp.circuit.from=closed,retryhttp.circuit.to=open":      1,
@@ -359,7 +365,7 @@ func TestCircuit(t *testing.T) {
 			"retryhttp.circuit.from=half-open,retryhttp.circuit.to=closed": 1,
 		}, got.sums["retryhttp.circuit.transitions"])
 		assert.Equal(t, map[string]int64{"": 0}, got.sums["retryhttp.circuit.open"])
-		assert.Equal(t, map[string]int64{get503: 2, get200: 1}, got.sums["retryhttp.attempts"])
+		assert.Equal(t, map[string]int64{get503: 2}, got.sums["retryhttp.attempts"], "the other transport has no hooks")
 	})
 }
 
@@ -391,8 +397,11 @@ func TestHostAttribute(t *testing.T) {
 				reader, mp := newProvider(t)
 				hooks, err := otelretry.NewHooks(mp, tc.opts...)
 				require.NoError(t, err)
+				onChange, err := otelretry.OnStateChange(mp, tc.opts...)
+				require.NoError(t, err)
 				breaker := retryhttp.NewBreaker(retryhttp.BreakerConfig{
 					Span: time.Millisecond, MinFailures: 2, OpenFor: time.Minute, OpenJitter: -1,
+					OnStateChange: onChange,
 				})
 				next := script(reply{status: 503, wait: time.Millisecond}, reply{status: 503, wait: time.Millisecond}, reply{status: 200})
 				tr := retryhttp.New(next, retryhttp.WithHooks(hooks), retryhttp.WithPolicy(retryhttp.Immediate{}),
