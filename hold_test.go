@@ -344,3 +344,35 @@ func TestHoldOperatorControl(t *testing.T) {
 		assert.Zero(t, probes+sleepers)
 	})
 }
+
+// A Breaker shared by two transports reports each change once to its own
+// callback, whichever transport's request made it; each transport's hooks
+// see only the changes its own requests made.
+func TestHoldSharedBreakerReportsOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var changes []State
+		b := NewBreaker(BreakerConfig{Span: time.Second, MinFailures: 1, OpenFor: time.Second, OpenJitter: -1,
+			OnStateChange: func(i CircuitChangeInfo) {
+				mu.Lock()
+				defer mu.Unlock()
+				changes = append(changes, i.To)
+			}})
+		var seenA, seenB atomic.Int64
+		next := newNext(reply{status: 503}, reply{status: 503}, reply{status: 200})
+		a := New(next, WithBreaker(b), WithBudget(nil), WithMaxAttempts(1),
+			WithHooks(&Hooks{CircuitChange: func(CircuitChangeInfo) { seenA.Add(1) }}))
+		bb := New(next, WithBreaker(b), WithBudget(nil), WithMaxAttempts(1),
+			WithHooks(&Hooks{CircuitChange: func(CircuitChangeInfo) { seenB.Add(1) }}))
+		sendGET(t, a, testURL) // the failure period begins
+		time.Sleep(time.Second)
+		sendGET(t, a, testURL) // trips: closed -> open
+		time.Sleep(time.Second)
+		sendGET(t, bb, testURL) // probes: open -> half-open -> closed
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, []State{StateOpen, StateHalfOpen, StateClosed}, changes)
+		assert.Equal(t, int64(1), seenA.Load())
+		assert.Equal(t, int64(2), seenB.Load())
+	})
+}

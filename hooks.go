@@ -32,10 +32,11 @@ type Hooks struct {
 	// GiveUp is called when the transport stops retrying a request whose
 	// last outcome was a failure, or returns an error: the reason says why.
 	GiveUp func(GiveUpInfo)
-	// CircuitChange is called when a host's circuit changes state, with the
-	// hooks of the request whose attempt (or admission) changed it. A
+	// CircuitChange is called when a key's circuit changes state, with the
+	// hooks of the request whose attempt (or admission) changed it; a
 	// Breaker shared between transports reports through the transport whose
-	// request caused the change.
+	// request caused the change. BreakerConfig.OnStateChange sees every
+	// change of a Breaker once, whoever made it.
 	CircuitChange func(CircuitChangeInfo)
 }
 
