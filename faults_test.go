@@ -437,7 +437,7 @@ func TestFaultsStress(t *testing.T) {
 					// A caller's pause between requests; without it, a
 					// request refused at once by an open circuit would spin
 					// the loop without letting virtual time pass.
-					time.Sleep(time.Duration(50+rand.IntN(100)) * time.Millisecond)
+					time.Sleep(time.Duration(200+rand.IntN(200)) * time.Millisecond)
 				}
 			})
 		}
