@@ -116,14 +116,7 @@ func WithHostAttribute() Option {
 // error if an instrument cannot be created. The hooks are safe for
 // concurrent use; transports that share them add to the same series.
 func NewHooks(mp metric.MeterProvider, opts ...Option) (*retryhttp.Hooks, error) {
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	var c config
-	for _, o := range opts {
-		o(&c)
-	}
-	r, err := newRecorder(mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL)), c)
+	r, err := recorderFor(mp, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -142,6 +135,17 @@ func NewHooks(mp metric.MeterProvider, opts ...Option) (*retryhttp.Hooks, error)
 // it, so the open-circuit gauge stays true for a Breaker shared between
 // transports. mp and opts are as for NewHooks.
 func OnStateChange(mp metric.MeterProvider, opts ...Option) (func(retryhttp.CircuitChangeInfo), error) {
+	r, err := recorderFor(mp, opts)
+	if err != nil {
+		return nil, err
+	}
+	return r.circuitChange, nil
+}
+
+// recorderFor makes the recorder of NewHooks and OnStateChange: the same
+// instruments, which a MeterProvider hands out once however often they are
+// asked for.
+func recorderFor(mp metric.MeterProvider, opts []Option) (*recorder, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
@@ -149,11 +153,7 @@ func OnStateChange(mp metric.MeterProvider, opts ...Option) (func(retryhttp.Circ
 	for _, o := range opts {
 		o(&c)
 	}
-	r, err := newRecorder(mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL)), c)
-	if err != nil {
-		return nil, err
-	}
-	return r.circuitChange, nil
+	return newRecorder(mp.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL)), c)
 }
 
 // recorder holds the instruments and the attribute sets recorded on them.
