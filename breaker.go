@@ -48,7 +48,9 @@ type BreakerConfig struct {
 	// failure period to the latest, before the circuit trips. 2,000 requests
 	// failing within the same 100 ms are one event, not a reason to trip.
 	// 0 means DefaultBreakerSpan (2 s). A failure period that reaches twice
-	// the span without tripping starts afresh.
+	// the span without tripping starts afresh, so failures count together
+	// only when they come within twice the span of the period's first: a
+	// span shorter than the gaps between a host's failures never trips.
 	Span time.Duration
 	// MinFailures is how many failures the period must hold to trip.
 	// 0 means DefaultBreakerMinFailures (5).

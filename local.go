@@ -15,11 +15,14 @@ const LocalHeader = "X-Retryhttp-Local"
 
 // localOpenResponse is the 503 a request gets, with
 // WithCircuitOpenResponse, when the circuit of its key is open, or its key
-// held, until probeAt: it tells an SDK above when to come back, in the headers SDKs
-// read, and is marked as local.
-func localOpenResponse(req *http.Request, key hostKey, probeAt time.Time, reason Reason) *http.Response {
-	wait := max(time.Until(probeAt), 0)
-	ms := strconv.FormatInt(int64(wait/time.Millisecond), 10)
+// held, until probeAt: it tells an SDK above when to come back, in the
+// headers SDKs read, and is marked as local. The wait it gives is spread by
+// up to spread past probeAt, so that the callers refused together do not
+// come back together, and rounded up, so that a caller that waits exactly
+// what it is told never comes back before the circuit lets it through.
+func localOpenResponse(req *http.Request, key hostKey, probeAt time.Time, spread time.Duration, reason Reason) *http.Response {
+	wait := max(time.Until(probeAt), 0) + uniform(0, spread)
+	ms := strconv.FormatInt(int64((wait+time.Millisecond-1)/time.Millisecond), 10)
 	secs := strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10)
 	why := "circuit-open"
 	if reason == ReasonHeld {
@@ -32,6 +35,7 @@ func localOpenResponse(req *http.Request, key hostKey, probeAt time.Time, reason
 		"Retry-After":       {secs},
 		"Retry-After-Ms":    {ms},
 		"X-Amz-Retry-After": {ms},
+		"X-Amzn-ErrorType":  {"ServiceUnavailable"}, // names the error for aws-sdk-go-v2's JSON protocols
 		LocalHeader:         {why},
 	}
 	return &http.Response{

@@ -140,7 +140,7 @@ func TestRequestCircuitOpenResponse(t *testing.T) {
 		time.Sleep(2 * time.Second) // open for 3 s more
 		var gaveUp GiveUpInfo
 		next := newNext(reply{status: 200})
-		tr := New(next, WithBudget(nil), WithBreaker(b), WithCircuitOpenResponse(),
+		tr := New(next, WithBudget(nil), WithBreaker(b), WithCircuitOpenResponse(), WithRetryAfterSpread(0),
 			WithHooks(&Hooks{GiveUp: func(i GiveUpInfo) { gaveUp = i }}))
 		req := newReq(t.Context(), http.MethodGet, nil)
 		resp, err := tr.RoundTrip(req)
@@ -160,6 +160,21 @@ func TestRequestCircuitOpenResponse(t *testing.T) {
 		assert.True(t, gaveUp.Local, "GiveUpInfo.Local")
 		assert.Equal(t, ReasonCircuitOpen, gaveUp.Reason)
 		assert.Equal(t, uint64(1), tr.Stats().LocalResponses)
+
+		// With the default spread, the callers refused together are told
+		// different instants, none before the circuit lets a probe through.
+		spread := New(next, WithBudget(nil), WithBreaker(b), WithCircuitOpenResponse())
+		told := map[string]bool{}
+		for range 100 {
+			resp, err := spread.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+			require.NoError(t, err)
+			readBody(t, resp)
+			ms, err := strconv.Atoi(resp.Header.Get("Retry-After-Ms"))
+			require.NoError(t, err)
+			assert.True(t, ms >= 3000 && ms <= 4000, "Retry-After-Ms %d", ms)
+			told[resp.Header.Get("Retry-After-Ms")] = true
+		}
+		assert.Greater(t, len(told), 50, "distinct instants told to 100 callers")
 
 		plain := New(next, WithBudget(nil), WithBreaker(b))
 		_, err = plain.RoundTrip(newReq(t.Context(), http.MethodGet, nil))

@@ -356,7 +356,7 @@ func (r *retrier) finish(resp *http.Response, attemptErr error, reason Reason, c
 	r.t.stats.giveUps[reason].Add(1)
 	info := GiveUpInfo{Request: r.req, Attempts: r.attempts, Reason: reason}
 	if resp == nil && (reason == ReasonCircuitOpen || reason == ReasonHeld) && r.t.localOpen && r.lane != nil {
-		resp = localOpenResponse(r.req, r.key, r.lane.probeAt(), reason)
+		resp = localOpenResponse(r.req, r.key, r.lane.probeAt(), r.s.retryAfterSpread, reason)
 		r.resp = resp
 		info.Local = true
 		r.t.stats.localResponses.Add(1)
