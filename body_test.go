@@ -221,3 +221,53 @@ func TestBodySnapshotGetBody(t *testing.T) {
 	assert.False(t, snapshotGetBody(shared.getBody), "a method value")
 	assert.False(t, snapshotGetBody(func() (io.ReadCloser, error) { return shared, nil }), "a closure")
 }
+
+// A next RoundTripper that replays a tracked body itself, through the
+// attempt's GetBody, gets a tracked body too; once the transport has moved
+// on to the next attempt it gets an error instead.
+func TestBodyInnerGetBody(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shared := &sharedReader{r: bytes.NewReader([]byte("payload"))}
+		var inner []string
+		var first *http.Request
+		next := newNext(reply{status: 503, before: func(req *http.Request) {
+			first = req
+			b, err := req.GetBody()
+			require.NoError(t, err)
+			got, _ := io.ReadAll(b)
+			inner = append(inner, string(got))
+			b.Close()
+		}}, reply{status: 200})
+		req := newReq(t.Context(), http.MethodPut, shared)
+		req.GetBody = shared.getBody
+		resp, err := newT(next, WithPolicy(Immediate{})).RoundTrip(req)
+		require.NoError(t, err)
+		readBody(t, resp)
+		assert.Equal(t, []string{"payload"}, inner)
+		_, err = first.GetBody()
+		assert.ErrorIs(t, err, errBodyReleased, "a GetBody of an attempt the transport has left")
+	})
+}
+
+// A 101 response's body stays writable through the attempt timeout's
+// wrapper.
+func TestBodyUpgradeWritable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var wrote bytes.Buffer
+		next := newNext(reply{status: http.StatusSwitchingProtocols, newBody: func(*http.Request) io.ReadCloser {
+			return struct {
+				io.Reader
+				io.Writer
+				io.Closer
+			}{strings.NewReader(""), &wrote, io.NopCloser(nil)}
+		}})
+		resp, err := newT(next, WithAttemptTimeout(time.Second)).RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+		require.NoError(t, err)
+		w, ok := resp.Body.(io.Writer)
+		require.True(t, ok, "the body is no longer a writer")
+		_, err = w.Write([]byte("ping"))
+		require.NoError(t, err)
+		assert.Equal(t, "ping", wrote.String())
+		resp.Body.Close()
+	})
+}

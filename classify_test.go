@@ -318,3 +318,17 @@ func TestClassifyResponseRequestIsCallers(t *testing.T) {
 		})
 	}
 }
+
+// Error answers net.Error's questions as url.Error does.
+func TestClassifyErrorTimeout(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		next := newNext(reply{hang: true})
+		_, err := newT(next, WithAttemptTimeout(time.Second), WithMaxAttempts(1)).RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+		e := asError(t, err)
+		assert.True(t, e.Timeout())
+		assert.True(t, e.Temporary(), "context.DeadlineExceeded says it is temporary")
+		var ne net.Error
+		require.ErrorAs(t, err, &ne)
+		assert.Contains(t, err.Error(), "attempt timed out after 1s")
+	})
+}

@@ -376,3 +376,50 @@ func TestHoldSharedBreakerReportsOnce(t *testing.T) {
 		assert.Equal(t, int64(2), seenB.Load())
 	})
 }
+
+// Names of what RetryAt and hooks report.
+func TestHoldNames(t *testing.T) {
+	assert.Equal(t, []string{"none", "server", "held", "circuit", "budget", "Advice(?)"},
+		[]string{AdviceNone.String(), AdviceServer.String(), AdviceHeld.String(), AdviceCircuit.String(), AdviceBudget.String(), Advice(9).String()})
+	assert.Equal(t, []string{"held", "State(?)", "held", "Reason(99)"},
+		[]string{StateHeld.String(), State(9).String(), ReasonHeld.String(), Reason(99).String()})
+	err := (&heldError{until: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}).Error()
+	assert.Equal(t, "retryhttp: held by the server's Retry-After until 2030-01-02T03:04:05Z", err)
+}
+
+// RetryAt on what needs no advice, on an isolated key, and on a budget
+// whose bank refills only from new requests.
+func TestHoldRetryAtEdges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newT(newNext(reply{status: 503}))
+		at, why := tr.RetryAt(nil, context.Canceled)
+		assert.True(t, at.IsZero())
+		assert.Equal(t, AdviceNone, why, "an error that is not an Error")
+		at, why = tr.RetryAt(&http.Response{StatusCode: 503}, nil)
+		assert.Equal(t, AdviceNone, why, "a response without its request")
+
+		b := NewBreaker(BreakerConfig{})
+		b.Isolate("http://example.test")
+		tr = New(newNext(reply{status: 200}), WithBreaker(b))
+		_, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+		at, why = tr.RetryAt(nil, err)
+		assert.True(t, at.IsZero())
+		assert.Equal(t, AdviceCircuit, why, "an isolated key: no instant")
+		assert.True(t, b.Host("http://example.test").Isolated)
+		assert.Equal(t, HostState{Key: "http://other.test", State: StateClosed}, b.Host("http://other.test"))
+		b.Reset("http://never.test") // nothing to reset
+
+		noFloor := NewBudget(BudgetConfig{MinPerSecond: -1, Ratio: -1})
+		tr = New(newNext(reply{status: 503}), WithBreaker(nil), WithBudget(noFloor), WithPolicy(Immediate{}))
+		resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+		require.NoError(t, err)
+		readBody(t, resp)
+		at, why = tr.RetryAt(resp, nil)
+		assert.True(t, at.IsZero(), "no floor: no instant the budget knows")
+		assert.Equal(t, AdviceNone, why)
+
+		perHost := NewBudget(BudgetConfig{PerHost: true})
+		at, _ = perHost.tokenAt(hostKey{host: "fresh"}, time.Now())
+		assert.Equal(t, time.Now(), at, "a key the budget has not seen has its floor")
+	})
+}

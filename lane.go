@@ -414,17 +414,6 @@ func (l *lane) slotsOf() *slots {
 	return l.slots.Load()
 }
 
-// paceGen returns the current pacer generation, 0 if the key is not paced.
-func (l *lane) paceGen() uint64 {
-	p := l.pace.Load()
-	if p == nil {
-		return 0
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.gen
-}
-
 // sleepStart returns a channel that is closed when the circuit opens (at
 // once, if it is open now), for a sleep to select on, and counts the
 // sleeper so that the lane is not dropped from memory under it: a dropped

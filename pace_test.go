@@ -220,3 +220,61 @@ func TestPaceSlowTenant(t *testing.T) {
 	t.Logf("fast hosts' p99: alone %v; beside the slow host with a limit of 5 refusing %v; without a limit %v", base, limited, unlimited)
 	assert.LessOrEqual(t, limited, 2*base)
 }
+
+// The pacer's edges: a request whose deadline the queue ahead cannot fit
+// returns at once; one whose context ends while waiting returns its error;
+// a pacer that has grown far past what was throttled lets the key go, and
+// the key costs nothing again.
+func TestPaceEdges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		next := newNext(reply{status: 200})
+		tr := New(next, WithBudget(nil))
+		l := tr.lanes.lane(keyOf(mustParse(t, testURL)))
+		l.throttle(time.Now(), 0) // paced from now, at 10/s
+		l.pace.Load().lim.AllowN(time.Now(), 1)
+
+		ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
+		defer cancel()
+		_, err := tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Equal(t, ReasonDeadline, asError(t, err).Reason)
+		assert.Contains(t, err.Error(), "send rate")
+
+		ctx, cancel = context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() {
+			_, err := tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
+			done <- err
+		}()
+		synctest.Wait()
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+		assert.Zero(t, next.calls())
+
+		time.Sleep(10 * time.Second) // slow start has long passed 10,000/s
+		sendGET(t, tr, testURL)
+		assert.Nil(t, l.pace.Load(), "the pacer is dropped")
+		assert.Zero(t, l.word.Load()&pacedBit, "the paced flag is clear")
+		assert.True(t, l.idle(time.Now()))
+	})
+}
+
+// A waiter for a place among the key's attempts in flight gives up with
+// its context; a busy key is not idle.
+func TestPaceSlotsEdges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var s slots
+		require.NoError(t, s.acquire(t.Context(), 1, false))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- s.acquire(ctx, 1, false) }()
+		synctest.Wait()
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+		l := newLane(NewBreaker(BreakerConfig{}), hostKey{})
+		l.slots.Store(&s)
+		assert.False(t, l.idle(time.Now()), "an attempt in flight")
+		s.release()
+		assert.True(t, l.idle(time.Now()))
+	})
+}
