@@ -16,27 +16,27 @@ var ErrCircuitOpen = errors.New("retryhttp: circuit open")
 // sustained failure, where sustained means lasting longer than the default
 // retry sequence (4 attempts, at most 200+400+800 ms = 1.4 s of waiting).
 const (
-	// DefaultBreakerSpan is how long failures must persist before the
+	// defaultBreakerSpan is how long failures must persist before the
 	// circuit trips: longer than the 1.4 s that the default retry sequence
 	// waits at most, so a failure that one request's retries could ride out
 	// never trips it, and short enough that a 20 s outage is caught in its
 	// first tenth, before most of its retry sequences would run out.
-	DefaultBreakerSpan = 2 * time.Second
-	// DefaultBreakerMinFailures is how many failures the span must hold, so
+	defaultBreakerSpan = 2 * time.Second
+	// defaultBreakerMinFailures is how many failures the span must hold, so
 	// a host that is barely used does not trip on two unlucky requests.
-	DefaultBreakerMinFailures = 5
-	// DefaultBreakerFailureRatio is the share of failed outcomes, over the
+	defaultBreakerMinFailures = 5
+	// defaultBreakerFailureRatio is the share of failed outcomes, over the
 	// span, at which the circuit trips: a host that fails more often than it
 	// answers.
-	DefaultBreakerFailureRatio = 0.5
-	// DefaultBreakerOpenFor is the shortest time a circuit stays open: a few
+	defaultBreakerFailureRatio = 0.5
+	// defaultBreakerOpenFor is the shortest time a circuit stays open: a few
 	// seconds lets a struggling host drain its queues, and a recovered one
 	// is found again within seconds.
-	DefaultBreakerOpenFor = 5 * time.Second
-	// DefaultBreakerProbes is how many requests a half-open circuit lets
+	defaultBreakerOpenFor = 5 * time.Second
+	// defaultBreakerProbes is how many requests a half-open circuit lets
 	// through at once: one, as gobreaker does, so a host that is still down
 	// sees one request per open period, not a herd.
-	DefaultBreakerProbes = 1
+	defaultBreakerProbes = 1
 )
 
 // maxBreakerDuration bounds the breaker's durations: about 73 years.
@@ -47,20 +47,20 @@ type BreakerConfig struct {
 	// Span is how long failures must persist, from the first failure of a
 	// failure period to the latest, before the circuit trips. 2,000 requests
 	// failing within the same 100 ms are one event, not a reason to trip.
-	// 0 means DefaultBreakerSpan (2 s). A failure period that reaches twice
+	// 0 means 2 s. A failure period that reaches twice
 	// the span without tripping starts afresh, so failures count together
 	// only when they come within twice the span of the period's first: a
 	// span shorter than the gaps between a host's failures never trips.
 	Span time.Duration
 	// MinFailures is how many failures the period must hold to trip.
-	// 0 means DefaultBreakerMinFailures (5).
+	// 0 means 5.
 	MinFailures int
 	// FailureRatio is the share of failures among the outcomes of the period
 	// at or above which the circuit trips. 0 means
-	// DefaultBreakerFailureRatio (0.5).
+	// 0.5.
 	FailureRatio float64
 	// OpenFor is the shortest time an open circuit refuses requests.
-	// 0 means DefaultBreakerOpenFor (5 s).
+	// 0 means 5 s.
 	OpenFor time.Duration
 	// OpenJitter is the width of the random time added to OpenFor each time
 	// a circuit opens, so that circuits tripped together (a fleet of
@@ -70,13 +70,13 @@ type BreakerConfig struct {
 	OpenJitter time.Duration
 	// Probes is how many requests a half-open circuit lets through at once.
 	// The first that succeeds closes the circuit; the first that fails
-	// opens it again. 0 means DefaultBreakerProbes (1).
+	// opens it again. 0 means 1.
 	Probes int
 	// MaxHosts is how many hosts' lanes are kept before idle ones (circuit
 	// closed, or open past its open time, and no request in flight toward
 	// the host) are evicted, least recently used first. Lanes that are not
 	// idle are never evicted, so the table exceeds MaxHosts only by those.
-	// 0 means DefaultMaxHosts (65,536).
+	// 0 means 65,536.
 	MaxHosts int
 	// OnStateChange, if set, is called with every change of a circuit's
 	// state: trips, half-openings, closings, holds and their ends, and what
@@ -111,22 +111,22 @@ func NewBreaker(c BreakerConfig) *Breaker {
 		panic(fmt.Sprintf("retryhttp: NewBreaker: BreakerConfig.FailureRatio is %v; use a share in (0, 1], or 0 for the default", c.FailureRatio))
 	}
 	if c.Span <= 0 {
-		c.Span = DefaultBreakerSpan
+		c.Span = defaultBreakerSpan
 	}
 	if c.MinFailures <= 0 {
-		c.MinFailures = DefaultBreakerMinFailures
+		c.MinFailures = defaultBreakerMinFailures
 	}
 	if c.FailureRatio <= 0 {
-		c.FailureRatio = DefaultBreakerFailureRatio
+		c.FailureRatio = defaultBreakerFailureRatio
 	}
 	if c.OpenFor <= 0 {
-		c.OpenFor = DefaultBreakerOpenFor
+		c.OpenFor = defaultBreakerOpenFor
 	}
 	if c.OpenJitter == 0 {
 		c.OpenJitter = c.OpenFor
 	}
 	if c.Probes <= 0 {
-		c.Probes = DefaultBreakerProbes
+		c.Probes = defaultBreakerProbes
 	}
 	// Durations past a few decades mean "never"; bounding them keeps
 	// 2·Span and OpenFor+OpenJitter from overflowing.

@@ -141,7 +141,7 @@ func TestBreakerDefaultsHerd(t *testing.T) {
 			}
 			t.Logf("outage [0s, %v): circuit opened at %v (first ErrCircuitOpen at %v); attempts failed %d, %d of them after the trip; ErrCircuitOpen %d; circuit closed again at %v; deliveries %d",
 				outage, r.trip, r.firstOpen, r.failed, after, r.openErrs, r.closedAt, r.delivered)
-			require.GreaterOrEqual(t, r.trip, DefaultBreakerSpan, "trip instant: got %v, want no earlier than the span", r.trip)
+			require.GreaterOrEqual(t, r.trip, defaultBreakerSpan, "trip instant: got %v, want no earlier than the span", r.trip)
 			assert.LessOrEqual(t, r.trip, 2800*time.Millisecond, "trip instant: got %v, want within 2×1.4 s of the outage's start", r.trip)
 			assert.Equal(t, r.trip, r.firstOpen, "first ErrCircuitOpen: got %v, want the trip instant %v (sleepers wake then)", r.firstOpen, r.trip)
 			// While open, the endpoint sees only probes: one per open period

@@ -445,13 +445,13 @@ func TestBreakerHalfOpenSpread(t *testing.T) {
 		// Five failures per host now, one more a span later: every circuit
 		// trips at the same instant.
 		for i := range hosts {
-			for range DefaultBreakerMinFailures {
+			for range defaultBreakerMinFailures {
 				status, err := send(i)
 				require.NoError(t, err)
 				require.Equal(t, http.StatusServiceUnavailable, status)
 			}
 		}
-		time.Sleep(DefaultBreakerSpan)
+		time.Sleep(defaultBreakerSpan)
 		for i := range hosts {
 			_, _ = send(i)
 			require.Equal(t, StateOpen, bkState(bkLane(b, "http://h"+strconv.Itoa(i)+".test/")), "host %d after failing over the span", i)
@@ -482,14 +482,14 @@ func TestBreakerHalfOpenSpread(t *testing.T) {
 		assert.Equal(t, int64(hosts), fake.total.Load()-callsAtTrip,
 			"attempts after the trip: one probe per host, none while open")
 
-		const window = DefaultBreakerOpenFor // the jitter's width
+		const window = defaultBreakerOpenFor // the jitter's width
 		counts := make([]int, window/poll)
 		for i, d := range first {
-			require.GreaterOrEqual(t, d, DefaultBreakerOpenFor, "host %d half-opened before OpenFor", i)
-			require.LessOrEqual(t, d, 2*DefaultBreakerOpenFor, "host %d half-opened after OpenFor+OpenJitter", i)
+			require.GreaterOrEqual(t, d, defaultBreakerOpenFor, "host %d half-opened before OpenFor", i)
+			require.LessOrEqual(t, d, 2*defaultBreakerOpenFor, "host %d half-opened after OpenFor+OpenJitter", i)
 			// Polls are 100 ms apart: a probe at (5.0 s, 5.1 s] falls in
 			// bucket 0, one at (9.9 s, 10 s] in the last.
-			counts[max(0, int((d-DefaultBreakerOpenFor-1)/poll))]++
+			counts[max(0, int((d-defaultBreakerOpenFor-1)/poll))]++
 		}
 		busiest, empty := slices.Max(counts), 0
 		for _, n := range counts {

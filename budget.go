@@ -18,34 +18,34 @@ var ErrBudgetExhausted = errors.New("retryhttp: retry budget exhausted")
 
 // Budget defaults.
 const (
-	// DefaultBudgetRatio lets retries add at most 10% to the load that
+	// defaultBudgetRatio lets retries add at most 10% to the load that
 	// original requests make: in a herd of 10,000 deliveries failing for
 	// 20 s it cuts the wasted attempts by about 90% (internal/herdsim).
-	DefaultBudgetRatio = 0.1
-	// DefaultBudgetMinPerSecond lets a quiet client still retry, ten times a
+	defaultBudgetRatio = 0.1
+	// defaultBudgetMinPerSecond lets a quiet client still retry, ten times a
 	// second, when it has made too few requests to earn tokens.
-	DefaultBudgetMinPerSecond = 10
-	// DefaultBudgetMaxTokens caps the tokens banked from deposits: what a
+	defaultBudgetMinPerSecond = 10
+	// defaultBudgetMaxTokens caps the tokens banked from deposits: what a
 	// batch of 10,000 deliveries earns at the default ratio, and gRPC's
 	// largest retry-throttling maxTokens. It bounds how
 	// many retries a long healthy spell can save up for the next outage.
-	DefaultBudgetMaxTokens = 1000
+	defaultBudgetMaxTokens = 1000
 )
 
 // BudgetConfig configures a Budget. The zero value means every default.
 type BudgetConfig struct {
 	// Ratio is the tokens each original request deposits; a retry costs one,
 	// so retries add at most Ratio to the load of original requests.
-	// 0 means DefaultBudgetRatio (0.1); a negative value deposits nothing,
+	// 0 means 0.1; a negative value deposits nothing,
 	// leaving only the floor.
 	Ratio float64
 	// MinPerSecond is the floor: tokens that refill every second whatever the
 	// traffic, so a quiet client can still retry. A fresh budget starts with
 	// one second's worth banked, so a new client can retry at once.
-	// 0 means DefaultBudgetMinPerSecond (10); a negative value means no floor.
+	// 0 means 10; a negative value means no floor.
 	MinPerSecond float64
 	// MaxTokens caps the tokens banked from deposits.
-	// 0 means DefaultBudgetMaxTokens (1000).
+	// 0 means 1,000.
 	MaxTokens float64
 	// PerHost gives every host (scheme, host, port) a budget of its own, so
 	// that one dead tenant cannot spend the retries of the others. false
@@ -54,7 +54,7 @@ type BudgetConfig struct {
 	// MaxHosts is how many hosts' budgets PerHost keeps before idle ones
 	// (floor full) are evicted, least recently used first; an evicted host
 	// starts afresh, with a full floor and nothing banked. 0 means
-	// DefaultMaxHosts (65,536).
+	// 65,536.
 	MaxHosts int
 }
 
@@ -95,13 +95,13 @@ func NewBudget(c BudgetConfig) *Budget {
 		}
 	}
 	if c.Ratio == 0 {
-		c.Ratio = DefaultBudgetRatio
+		c.Ratio = defaultBudgetRatio
 	}
 	if c.MinPerSecond == 0 {
-		c.MinPerSecond = DefaultBudgetMinPerSecond
+		c.MinPerSecond = defaultBudgetMinPerSecond
 	}
 	if c.MaxTokens <= 0 {
-		c.MaxTokens = DefaultBudgetMaxTokens
+		c.MaxTokens = defaultBudgetMaxTokens
 	}
 	b := &Budget{
 		ratio:   int64(math.Round(min(max(c.Ratio, 0), math.MaxInt64/(4*unit)) * unit)),

@@ -144,7 +144,7 @@ func chaosDo(ctx context.Context, client *http.Client, method, url string, body 
 // connection, the case where a retry would duplicate a payment.
 //
 // If the transport retried them (DefaultIdempotentIf accepting a POST
-// without a key), bodies would arrive up to DefaultMaxAttempts (4) times,
+// without a key), bodies would arrive up to defaultMaxAttempts (4) times,
 // as many times as the default budget (10% of requests, plus 10 a second)
 // pays for: "duplicates" would be about 100 or more (157 when tried), and
 // the errors would report more than 1 attempt and another reason. If it

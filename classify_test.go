@@ -225,17 +225,17 @@ func TestClassifyServerAdvice(t *testing.T) {
 		wantCalls int
 	}{
 		{"503, X-Should-Retry: false", http.MethodGet, 503, http.Header{"X-Should-Retry": {"false"}}, nil, 1},
-		{"503, X-Should-Retry: true", http.MethodGet, 503, http.Header{"X-Should-Retry": {"true"}}, nil, DefaultMaxAttempts},
-		{"400, X-Should-Retry: true", http.MethodGet, 400, http.Header{"X-Should-Retry": {"true"}}, nil, DefaultMaxAttempts},
+		{"503, X-Should-Retry: true", http.MethodGet, 503, http.Header{"X-Should-Retry": {"true"}}, nil, defaultMaxAttempts},
+		{"400, X-Should-Retry: true", http.MethodGet, 400, http.Header{"X-Should-Retry": {"true"}}, nil, defaultMaxAttempts},
 		{"409, X-Should-Retry: false", http.MethodGet, 409, http.Header{"X-Should-Retry": {"false"}}, nil, 1},
 		{"503, Stripe-Should-Retry: false", http.MethodGet, 503, http.Header{"Stripe-Should-Retry": {"false"}}, nil, 1},
-		{"409, Stripe-Should-Retry: true", http.MethodGet, 409, http.Header{"Stripe-Should-Retry": {"true"}}, nil, DefaultMaxAttempts},
+		{"409, Stripe-Should-Retry: true", http.MethodGet, 409, http.Header{"Stripe-Should-Retry": {"true"}}, nil, defaultMaxAttempts},
 		{"409, no advice", http.MethodGet, 409, nil, nil, 1},
-		{"503, advice not a boolean", http.MethodGet, 503, http.Header{"X-Should-Retry": {"maybe"}}, nil, DefaultMaxAttempts},
+		{"503, advice not a boolean", http.MethodGet, 503, http.Header{"X-Should-Retry": {"maybe"}}, nil, defaultMaxAttempts},
 		{"200, X-Should-Retry: true", http.MethodGet, 200, http.Header{"X-Should-Retry": {"true"}}, nil, 1},
 		{"POST without a key, X-Should-Retry: true", http.MethodPost, 503, http.Header{"X-Should-Retry": {"true"}}, nil, 1},
 		{"WithRetryIf overrides", http.MethodGet, 503, http.Header{"X-Should-Retry": {"false"}},
-			[]Option{WithRetryIf(func(r *http.Response, err error) bool { return err != nil || r.StatusCode == 503 })}, DefaultMaxAttempts},
+			[]Option{WithRetryIf(func(r *http.Response, err error) bool { return err != nil || r.StatusCode == 503 })}, defaultMaxAttempts},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -74,7 +74,7 @@ func TestHoldObeysRetryAfter(t *testing.T) {
 			if a >= first429 && a < first429+30*time.Second {
 				inHold++
 			}
-			if a >= limitFor && a < limitFor+2*DefaultRetryAfterSpread {
+			if a >= limitFor && a < limitFor+2*defaultRetryAfterSpread {
 				buckets[a.Truncate(100*time.Millisecond)]++
 				after++
 			}
@@ -121,12 +121,12 @@ func TestHoldRules(t *testing.T) {
 		readBody(t, resp)
 		s := b.Host(keyOf(mustParse(t, testURL)).String())
 		assert.Equal(t, StateHeld, s.State)
-		assert.Equal(t, start.Add(DefaultMaxRetryAfter), s.Until, "a hold never outlasts the clamp")
+		assert.Equal(t, start.Add(defaultMaxRetryAfter), s.Until, "a hold never outlasts the clamp")
 
 		// A shorter hold, and a success, leave it as it was.
 		assert.Equal(t, transition{}, l.hold(start.Add(10*time.Second)))
 		l.record(ticket{}, outcomeSuccess)
-		assert.Equal(t, start.Add(DefaultMaxRetryAfter), b.Host(s.Key).Until)
+		assert.Equal(t, start.Add(defaultMaxRetryAfter), b.Host(s.Key).Until)
 
 		// A request whose deadline comes first returns at once.
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -137,7 +137,7 @@ func TestHoldRules(t *testing.T) {
 		require.ErrorIs(t, err, ErrHeld)
 		e := asError(t, err)
 		assert.Equal(t, ReasonHeld, e.Reason)
-		assert.Equal(t, start.Add(DefaultMaxRetryAfter), e.Until)
+		assert.Equal(t, start.Add(defaultMaxRetryAfter), e.Until)
 		assert.Zero(t, time.Since(start), "returned at once")
 		assert.Zero(t, next.calls())
 
@@ -146,8 +146,8 @@ func TestHoldRules(t *testing.T) {
 		require.NoError(t, err)
 		readBody(t, resp)
 		waited := time.Since(start)
-		assert.GreaterOrEqual(t, waited, DefaultMaxRetryAfter)
-		assert.Less(t, waited, DefaultMaxRetryAfter+DefaultRetryAfterSpread)
+		assert.GreaterOrEqual(t, waited, defaultMaxRetryAfter)
+		assert.Less(t, waited, defaultMaxRetryAfter+defaultRetryAfterSpread)
 		assert.Equal(t, 1, next.calls())
 		assert.Equal(t, StateClosed, b.Host(s.Key).State, "the hold is over")
 		assert.Equal(t, uint64(2), tr2.Stats().Held, "admissions a hold stopped")
@@ -197,7 +197,7 @@ func TestHoldRetryAt(t *testing.T) {
 			at, why = tr.RetryAt(nil, err)
 			assert.Equal(t, AdviceHeld, why)
 			held := time.Now().Add(20 * time.Second)
-			assert.True(t, !at.Before(held) && at.Before(held.Add(DefaultRetryAfterSpread)), "held: %v", at.Sub(held))
+			assert.True(t, !at.Before(held) && at.Before(held.Add(defaultRetryAfterSpread)), "held: %v", at.Sub(held))
 
 			budget := NewBudget(BudgetConfig{Ratio: -1, MinPerSecond: 10})
 			tr = New(newNext(reply{status: 503}), WithBreaker(nil), WithBudget(budget), WithMaxAttempts(100), WithPolicy(Immediate{}))

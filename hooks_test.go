@@ -541,7 +541,7 @@ func TestHooksCircuitOpenWakesSleeper(t *testing.T) {
 
 		assert.Equal(t, time.Second, elapsedA, "A woke when the circuit opened, not after its 4 s")
 		require.ErrorIs(t, errA, ErrCircuitOpen)
-		opened := start.Add(time.Second + DefaultBreakerOpenFor)
+		opened := start.Add(time.Second + defaultBreakerOpenFor)
 		wantErr := &Error{Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 1, Reason: ReasonCircuitOpen, Err: ErrCircuitOpen,
 			Until: opened, key: hostKey{"http", "host"}}
 		assert.Equal(t, []hookEvent{
@@ -589,7 +589,7 @@ func TestHooksNoRetryAfterOwnTrip(t *testing.T) {
 			RetryInfo{Retry: 1, Delay: time.Second, RetryAfter: true},
 			AttemptStartInfo{Attempt: 2},
 			AttemptDoneInfo{Attempt: 2, Status: 503},
-			CircuitChangeInfo{Key: "http://host", From: StateClosed, To: StateOpen, Until: start.Add(time.Second + DefaultBreakerOpenFor)},
+			CircuitChangeInfo{Key: "http://host", From: StateClosed, To: StateOpen, Until: start.Add(time.Second + defaultBreakerOpenFor)},
 			GiveUpInfo{Attempts: 2, Reason: ReasonCircuitOpen, Status: 503},
 		), log.take(t, req))
 		assert.Zero(t, tr.Stats().Delays[1].Count, "a delay counted for retry 2, which was never made")

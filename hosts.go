@@ -61,11 +61,11 @@ func (k hostKey) clone() hostKey {
 	return hostKey{scheme: strings.Clone(k.scheme), host: strings.Clone(k.host)}
 }
 
-// DefaultMaxHosts is how many hosts a Breaker or a per-host Budget keeps in
+// defaultMaxHosts is how many hosts a Breaker or a per-host Budget keeps in
 // memory at once by default. A lane costs a few hundred bytes, so 65,536
 // hosts stay within about 30 MB, while a dispatcher with tens of thousands of
 // active tenants keeps every one that matters.
-const DefaultMaxHosts = 1 << 16
+const defaultMaxHosts = 1 << 16
 
 // clockSteps bounds the entries one insertion looks at to find one to
 // evict, so that no request waits on a pass over the whole table.
@@ -90,7 +90,7 @@ type table[V any] struct {
 	cache [cacheSlots]atomic.Pointer[entry[V]]
 	m     sync.Map // hostKey -> *entry[V]
 	idle  func(V, time.Time) bool
-	max   int // entries held before eviction; 0 means DefaultMaxHosts
+	max   int // entries held before eviction; 0 means defaultMaxHosts (65,536)
 
 	mu   sync.Mutex
 	ring []*entry[V] // every entry, in the order the clock hand visits them; guarded by mu
@@ -149,7 +149,7 @@ func (t *table[V]) insert(k hostKey, mk func(hostKey) V) any {
 	}
 	max := t.max
 	if max <= 0 {
-		max = DefaultMaxHosts
+		max = defaultMaxHosts
 	}
 	var now time.Time
 	for range 2 {

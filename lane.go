@@ -27,7 +27,7 @@ func (*isolatedError) Is(target error) bool { return target == ErrCircuitOpen }
 // said what the breaker would need seconds of failures to learn, and every
 // request to the key, not only the one answered, should wait. A shorter
 // wait paces that one request, which its retry's delay obeys.
-const holdThreshold = DefaultBreakerOpenFor
+const holdThreshold = defaultBreakerOpenFor
 
 // outcome is what an attempt tells the circuit.
 type outcome int

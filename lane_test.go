@@ -22,7 +22,7 @@ func TestLaneMemory(t *testing.T) {
 	const (
 		failing = "http://failing.test/"
 		healthy = "http://healthy.test/"
-		base    = DefaultBase
+		base    = defaultBase
 	)
 	// setup returns a transport with one retry per request and
 	// DecorrelatedJitter, whose breaker never trips, and the failing host's
@@ -54,7 +54,7 @@ func TestLaneMemory(t *testing.T) {
 				waited := at[len(at)-1].Sub(at[len(at)-2])
 				// The retry's delay was drawn from the lane's previous delay:
 				// in [Base, 3·max(prev, Base)], and it became the new one.
-				hi := min(DefaultCap, 3*max(before, base))
+				hi := min(defaultCap, 3*max(before, base))
 				require.GreaterOrEqual(t, waited, base, "request %d's delay", i)
 				require.LessOrEqual(t, waited, hi, "request %d's delay: got %v, want at most 3×%v", i, waited, before)
 				require.Equal(t, waited, prevOf(l), "request %d: the lane keeps the delay taken", i)

@@ -61,7 +61,7 @@ func WithPolicy(p Policy) Option {
 }
 
 // WithMaxAttempts sets how many attempts a request may make, the first
-// included: 1 or 0 turns retries off. The default is DefaultMaxAttempts (4).
+// included: 1 or 0 turns retries off. The default is 4.
 func WithMaxAttempts(n int) Option {
 	nonNegative("WithMaxAttempts", n)
 	return requestOption("WithMaxAttempts", func(s *settings) { s.maxAttempts = max(n, 1) })
@@ -78,7 +78,7 @@ func WithFirstAttemptJitter(max time.Duration) Option {
 }
 
 // WithMaxRetryAfter clamps the wait a server's Retry-After header may ask
-// for; the default is DefaultMaxRetryAfter (30 s). 0 means a Retry-After
+// for; the default is 30 s. 0 means a Retry-After
 // never delays a retry beyond the spread.
 func WithMaxRetryAfter(d time.Duration) Option {
 	nonNegative("WithMaxRetryAfter", d)
@@ -87,7 +87,7 @@ func WithMaxRetryAfter(d time.Duration) Option {
 
 // WithRetryAfterSpread sets the width of the random spread added above a
 // Retry-After wait, so that clients told the same instant do not return at
-// the same instant. The default is DefaultRetryAfterSpread (1 s); 0 means no
+// the same instant. The default is 1 s; 0 means no
 // spread.
 func WithRetryAfterSpread(d time.Duration) Option {
 	nonNegative("WithRetryAfterSpread", d)

@@ -223,7 +223,7 @@ func TestPeerCallerBodyClosedOnce(t *testing.T) {
 		wantReason Reason
 	}{
 		{"success first time", nil, 0, 1, ReasonNone},
-		{"retries used up on 503", nil, 0, DefaultMaxAttempts, ReasonAttemptsUsed},
+		{"retries used up on 503", nil, 0, defaultMaxAttempts, ReasonAttemptsUsed},
 		{"cancelled during the backoff wait", []Option{WithPolicy(Exponential{Base: 10 * time.Second})}, 3 * time.Second, 1, ReasonContextDone},
 		{"budget exhausted", []Option{WithBudget(NewBudget(BudgetConfig{Ratio: -1, MinPerSecond: -1}))}, 0, 1, ReasonBudgetExhausted},
 	}
@@ -417,7 +417,7 @@ func TestPeerErrorHidesURLPassword(t *testing.T) {
 	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
 	assert.NotContains(t, err.Error(), "pasten", "the client's error")
 	_, err = tr.RoundTrip(peerReq(t, t.Context(), "GET", u, nil))
-	assert.Equal(t, DefaultMaxAttempts, asError(t, err).Attempts, "Error.Attempts")
+	assert.Equal(t, defaultMaxAttempts, asError(t, err).Attempts, "Error.Attempts")
 	assert.NotContains(t, err.Error(), "pasten", "the transport's error")
 }
 

@@ -8,14 +8,14 @@ import (
 // Default policy parameters. A policy field that is zero or negative takes
 // these values.
 const (
-	// DefaultBase is the interval bound of the first retry: a small multiple
+	// defaultBase is the interval bound of the first retry: a small multiple
 	// of a webhook endpoint's normal response time (100–250 ms): retrying
 	// faster than the endpoint can answer only wastes the retry.
-	DefaultBase = 200 * time.Millisecond
-	// DefaultCap bounds every drawn delay, below a delivery's usefulness
+	defaultBase = 200 * time.Millisecond
+	// defaultCap bounds every drawn delay, below a delivery's usefulness
 	// horizon: an event delivered minutes late is a log entry, not a
 	// delivery, so 30 s, with a bounded number of attempts.
-	DefaultCap = 30 * time.Second
+	defaultCap = 30 * time.Second
 )
 
 // Policy draws the delay before retry n (n >= 1: the first retry is n = 1)
@@ -29,10 +29,10 @@ type Policy interface {
 // FullJitter draws the delay uniformly from [0, min(Cap, Base·2^(n−1))).
 // It is the default: stateless beyond the retry number, and the best at
 // dispersing a herd of clients that failed together. Zero or negative fields
-// mean DefaultBase and DefaultCap. FullJitter is safe for concurrent use.
+// mean the defaults, a base of 200 ms and a cap of 30 s. FullJitter is safe for concurrent use.
 type FullJitter struct {
-	Base time.Duration // interval bound of the first retry; <= 0 means DefaultBase
-	Cap  time.Duration // largest interval bound; <= 0 means DefaultCap
+	Base time.Duration // interval bound of the first retry; <= 0 means 200 ms
+	Cap  time.Duration // largest interval bound; <= 0 means 30 s
 }
 
 // Delay implements Policy.
@@ -42,11 +42,11 @@ func (p FullJitter) Delay(n int, _ time.Duration) time.Duration {
 
 // EqualJitter draws the delay uniformly from [d/2, d) where
 // d = min(Cap, Base·2^(n−1)): half the variance of FullJitter, with a floor.
-// Zero or negative fields mean DefaultBase and DefaultCap. EqualJitter is
+// Zero or negative fields mean the defaults, a base of 200 ms and a cap of 30 s. EqualJitter is
 // safe for concurrent use.
 type EqualJitter struct {
-	Base time.Duration // interval bound of the first retry; <= 0 means DefaultBase
-	Cap  time.Duration // largest interval bound; <= 0 means DefaultCap
+	Base time.Duration // interval bound of the first retry; <= 0 means 200 ms
+	Cap  time.Duration // largest interval bound; <= 0 means 30 s
 }
 
 // Delay implements Policy.
@@ -59,11 +59,11 @@ func (p EqualJitter) Delay(n int, _ time.Duration) time.Duration {
 // Cap, where prev is the previous delay drawn for the same host (Base when
 // there is none). It grows from the delays actually taken rather than from
 // the retry number, so it adapts to how long an outage has lasted. Zero or
-// negative fields mean DefaultBase and DefaultCap; a Cap below Base is
+// negative fields mean the defaults, a base of 200 ms and a cap of 30 s; a Cap below Base is
 // raised to Base. DecorrelatedJitter is safe for concurrent use.
 type DecorrelatedJitter struct {
-	Base time.Duration // smallest delay; <= 0 means DefaultBase
-	Cap  time.Duration // largest delay; <= 0 means DefaultCap
+	Base time.Duration // smallest delay; <= 0 means 200 ms
+	Cap  time.Duration // largest delay; <= 0 means 30 s
 }
 
 // Delay implements Policy.
@@ -86,11 +86,11 @@ func (p DecorrelatedJitter) Delay(_ int, prev time.Duration) time.Duration {
 // Exponential is plain exponential backoff without jitter: the delay is
 // exactly min(Cap, Base·2^(n−1)). Every client that failed together retries
 // together; it exists for comparison and for callers that add their own
-// spread. Zero or negative fields mean DefaultBase and DefaultCap.
+// spread. Zero or negative fields mean the defaults, a base of 200 ms and a cap of 30 s.
 // Exponential is safe for concurrent use.
 type Exponential struct {
-	Base time.Duration // delay of the first retry; <= 0 means DefaultBase
-	Cap  time.Duration // largest delay; <= 0 means DefaultCap
+	Base time.Duration // delay of the first retry; <= 0 means 200 ms
+	Cap  time.Duration // largest delay; <= 0 means 30 s
 }
 
 // Delay implements Policy.
@@ -110,10 +110,10 @@ func (Immediate) Delay(int, time.Duration) time.Duration { return 0 }
 // zero or negative.
 func defaults(base, maxd time.Duration) (time.Duration, time.Duration) {
 	if base <= 0 {
-		base = DefaultBase
+		base = defaultBase
 	}
 	if maxd <= 0 {
-		maxd = DefaultCap
+		maxd = defaultCap
 	}
 	return base, maxd
 }

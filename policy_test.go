@@ -80,10 +80,10 @@ func requireUniform(t *testing.T, iv interval, draw func() time.Duration) {
 // under test.
 func wantBound(n int, base, maxd time.Duration) time.Duration {
 	if base <= 0 {
-		base = DefaultBase
+		base = defaultBase
 	}
 	if maxd <= 0 {
-		maxd = DefaultCap
+		maxd = defaultCap
 	}
 	if n < 1 {
 		n = 1
@@ -101,10 +101,10 @@ func wantBound(n int, base, maxd time.Duration) time.Duration {
 // prev below Base (0 included) treated as Base.
 func wantDecorrelated(base, maxd, prev time.Duration) interval {
 	if base <= 0 {
-		base = DefaultBase
+		base = defaultBase
 	}
 	if maxd <= 0 {
-		maxd = DefaultCap
+		maxd = defaultCap
 	}
 	maxd = max(maxd, base)
 	prev = max(prev, base)

@@ -26,10 +26,10 @@ func TestRequestOptions(t *testing.T) {
 		opts      []Option
 		wantCalls int
 	}{
-		{"no options: the transport's 4", http.MethodGet, "", nil, DefaultMaxAttempts},
+		{"no options: the transport's 4", http.MethodGet, "", nil, defaultMaxAttempts},
 		{"one attempt for this call", http.MethodGet, "", []Option{WithMaxAttempts(1)}, 1},
 		{"two attempts for this call", http.MethodGet, "", []Option{WithMaxAttempts(2)}, 2},
-		{"a POST without a key marked idempotent", http.MethodPost, "", []Option{WithIdempotentIf(always)}, DefaultMaxAttempts},
+		{"a POST without a key marked idempotent", http.MethodPost, "", []Option{WithIdempotentIf(always)}, defaultMaxAttempts},
 		{"a GET marked not idempotent", http.MethodGet, "", []Option{WithIdempotentIf(never)}, 1},
 		{"a POST with a key marked not idempotent", http.MethodPost, "k", []Option{WithIdempotentIf(never)}, 1},
 		{"the later option wins", http.MethodGet, "", []Option{WithMaxAttempts(1), WithMaxAttempts(3)}, 3},
@@ -57,7 +57,7 @@ func TestRequestOptions(t *testing.T) {
 				resp, err = newT(next2).RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 				require.NoError(t, err)
 				readBody(t, resp)
-				assert.Equal(t, DefaultMaxAttempts, next2.calls())
+				assert.Equal(t, defaultMaxAttempts, next2.calls())
 			})
 		})
 	}

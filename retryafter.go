@@ -9,17 +9,17 @@ import (
 
 // Defaults for a server's Retry-After header.
 const (
-	// DefaultMaxRetryAfter clamps a server's Retry-After: the same bound as
-	// DefaultCap, so a hostile or broken header cannot park a request for
+	// defaultMaxRetryAfter clamps a server's Retry-After: the same bound as
+	// defaultCap, so a hostile or broken header cannot park a request for
 	// longer than the policy's longest delay plus the spread.
-	DefaultMaxRetryAfter = 30 * time.Second
-	// DefaultRetryAfterSpread is the width of the random spread added above a
+	defaultMaxRetryAfter = 30 * time.Second
+	// defaultRetryAfterSpread is the width of the random spread added above a
 	// Retry-After wait. Retry-After has a resolution of one second, so a
 	// spread of up to one second never delays a client by more than the
 	// smallest step the server could have asked for, and it turns 10,000
 	// clients told the same instant into ten 100 ms slices of 1,000 instead
 	// of one slice of 10,000.
-	DefaultRetryAfterSpread = time.Second
+	defaultRetryAfterSpread = time.Second
 )
 
 // parseRetryAfter returns the wait that a Retry-After value (RFC 9110

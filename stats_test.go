@@ -186,7 +186,7 @@ func TestStatsCounters(t *testing.T) {
 // fullJitterBound is the interval bound of retry n under the default
 // FullJitter: min(30 s, 200 ms·2^(n−1)).
 func fullJitterBound(n int) time.Duration {
-	return min(DefaultCap, DefaultBase<<(n-1))
+	return min(defaultCap, defaultBase<<(n-1))
 }
 
 // TestStatsDelayHistogramFullJitter draws 10,000 delays under the default

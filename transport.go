@@ -12,11 +12,11 @@ import (
 	"github.com/hashicorp/go-cleanhttp"
 )
 
-// DefaultMaxAttempts is the default number of attempts, the first included.
+// defaultMaxAttempts is the default number of attempts, the first included.
 // With the default policy four attempts wait at most 0.2+0.4+0.8 = 1.4 s in
 // all: enough to ride out a blip, short enough that a caller is not held
 // long by a host that is down (the breaker handles that).
-const DefaultMaxAttempts = 4
+const defaultMaxAttempts = 4
 
 // Transport is an http.RoundTripper that retries through next. Create it
 // with New; a zero Transport sends nothing and returns an error saying so.
@@ -70,9 +70,9 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 		next: next,
 		s: settings{
 			policy:           FullJitter{},
-			maxAttempts:      DefaultMaxAttempts,
-			maxRetryAfter:    DefaultMaxRetryAfter,
-			retryAfterSpread: DefaultRetryAfterSpread,
+			maxAttempts:      defaultMaxAttempts,
+			maxRetryAfter:    defaultMaxRetryAfter,
+			retryAfterSpread: defaultRetryAfterSpread,
 			retryIf:          DefaultRetryIf,
 			idempotentIf:     DefaultIdempotentIf,
 			throttleOn:       []int{http.StatusTooManyRequests},

@@ -78,13 +78,13 @@ func TestTransportRetriesByMethodAndStatus(t *testing.T) {
 		status    int // 0: a transport error
 		wantCalls int
 	}{
-		{"408", http.StatusRequestTimeout, DefaultMaxAttempts},
-		{"429", http.StatusTooManyRequests, DefaultMaxAttempts},
-		{"500", http.StatusInternalServerError, DefaultMaxAttempts},
-		{"502", http.StatusBadGateway, DefaultMaxAttempts},
-		{"503", http.StatusServiceUnavailable, DefaultMaxAttempts},
-		{"504", http.StatusGatewayTimeout, DefaultMaxAttempts},
-		{"transport error", 0, DefaultMaxAttempts},
+		{"408", http.StatusRequestTimeout, defaultMaxAttempts},
+		{"429", http.StatusTooManyRequests, defaultMaxAttempts},
+		{"500", http.StatusInternalServerError, defaultMaxAttempts},
+		{"502", http.StatusBadGateway, defaultMaxAttempts},
+		{"503", http.StatusServiceUnavailable, defaultMaxAttempts},
+		{"504", http.StatusGatewayTimeout, defaultMaxAttempts},
+		{"transport error", 0, defaultMaxAttempts},
 		{"400 not retried", http.StatusBadRequest, 1},
 		{"404 not retried", http.StatusNotFound, 1},
 		{"501 not retried", http.StatusNotImplemented, 1},
@@ -93,7 +93,7 @@ func TestTransportRetriesByMethodAndStatus(t *testing.T) {
 		for _, o := range outcomes {
 			t.Run(method+"/"+o.name, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
-					script := make([]reply, DefaultMaxAttempts)
+					script := make([]reply, defaultMaxAttempts)
 					for i := range script {
 						if o.status == 0 {
 							script[i] = reply{err: fmt.Errorf("attempt %d: %w", i+1, errRefused)}
@@ -170,7 +170,7 @@ func TestTransportPostAndPatch(t *testing.T) {
 	}{
 		{"no key", nil, 1},
 		{"empty key", []string{""}, 1},
-		{"with key", []string{"delivery-42"}, DefaultMaxAttempts},
+		{"with key", []string{"delivery-42"}, defaultMaxAttempts},
 	}
 	for _, method := range []string{http.MethodPost, http.MethodPatch} {
 		for _, f := range failures {
@@ -497,8 +497,8 @@ func TestTransportRetryAfter(t *testing.T) {
 		{"negative", constant("-7"), nil, policyDelay, false},
 		{"fraction", constant("7.5"), nil, policyDelay, false},
 		{"past date", func(now time.Time) string { return now.Add(-v).UTC().Format(http.TimeFormat) }, nil, policyDelay, false},
-		{"1000000000 clamped to the default MaxRetryAfter", constant("1000000000"), nil, DefaultMaxRetryAfter, true},
-		{"beyond a Duration clamped, not overflowed", constant("99999999999999999999999"), nil, DefaultMaxRetryAfter, true},
+		{"1000000000 clamped to the default MaxRetryAfter", constant("1000000000"), nil, defaultMaxRetryAfter, true},
+		{"beyond a Duration clamped, not overflowed", constant("99999999999999999999999"), nil, defaultMaxRetryAfter, true},
 		{"clamped by WithMaxRetryAfter", constant("7"), []Option{WithMaxRetryAfter(3 * time.Second)}, 3 * time.Second, true},
 	}
 	for _, c := range cases {
@@ -565,7 +565,7 @@ func TestTransportRetryAfterHerd(t *testing.T) {
 		next := &herdNext{t0: time.Now(), first: func() *http.Response {
 			return &http.Response{StatusCode: 503, Header: http.Header{"Retry-After": {"5"}}, Body: http.NoBody}
 		}}
-		tr := newT(next) // default spread: DefaultRetryAfterSpread, 1 s
+		tr := newT(next) // default spread: defaultRetryAfterSpread, 1 s
 		sendConcurrently(t, tr, n, testURL)
 		waits := next.retries()
 		require.Len(t, waits, n, "retries")
@@ -718,9 +718,9 @@ func TestTransportAttemptTimeout(t *testing.T) {
 				RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 			assert.Nil(t, resp)
 			assert.ErrorIs(t, err, context.DeadlineExceeded)
-			assert.Equal(t, DefaultMaxAttempts, asError(t, err).Attempts, "Error.Attempts")
-			assert.Equal(t, DefaultMaxAttempts, next.calls(), "attempts that reached next")
-			assert.Equal(t, DefaultMaxAttempts*2*time.Second, time.Since(t0), "time RoundTrip took")
+			assert.Equal(t, defaultMaxAttempts, asError(t, err).Attempts, "Error.Attempts")
+			assert.Equal(t, defaultMaxAttempts, next.calls(), "attempts that reached next")
+			assert.Equal(t, defaultMaxAttempts*2*time.Second, time.Since(t0), "time RoundTrip took")
 			assert.NoError(t, t.Context().Err(), "the caller's context")
 		})
 	})

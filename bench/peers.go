@@ -22,7 +22,7 @@ type Schedule struct {
 
 // DefaultSchedule is retryhttp's default: FullJitter{Base: 200ms, Cap: 30s},
 // four attempts.
-var DefaultSchedule = Schedule{Base: retryhttp.DefaultBase, Cap: retryhttp.DefaultCap, Attempts: retryhttp.DefaultMaxAttempts}
+var DefaultSchedule = Schedule{Base: 200 * time.Millisecond, Cap: 30 * time.Second, Attempts: 4}
 
 // Peer is one retrying RoundTripper, built around a base transport with a
 // schedule.
