@@ -25,12 +25,14 @@ type Store interface {
 	// Reporters: how many distinct instances announced Failing for the key
 	// within their windows, this one included if it did.
 	Announce(ctx context.Context, c Change) error
-	// Watch calls apply for each change another process announces; and,
+	// Watch calls apply for each change another process announces (it
+	// need not pass on ChangeFailing, which only the store counts); and,
 	// when it (re)connects and periodically, with every key's current
-	// state (an Open or a Hold with its time left) and every live instance
-	// (an Alive), so that a process that started late or lost its
-	// connection catches up. It returns when ctx ends, or with an error
-	// when it cannot go on.
+	// state (an Open or a Hold with its time left, naming the instance that
+	// announced it) and every live instance (an Alive), so that a process
+	// that started late or lost its connection catches up. It returns when
+	// ctx ends, or with an error when it cannot go on; the Fleet then calls
+	// it again.
 	Watch(ctx context.Context, apply func(Change)) error
 }
 
@@ -98,7 +100,7 @@ type FleetConfig struct {
 type Fleet struct {
 	store Store
 	cfg   FleetConfig
-	queue chan Change
+	queue chan queued
 
 	mu       sync.Mutex
 	breakers []*Breaker
@@ -108,6 +110,12 @@ type Fleet struct {
 	size                         atomic.Int64
 	announced, dropped, received atomic.Uint64
 	adopted                      atomic.Uint64
+}
+
+// queued is a change waiting for the store, with when it was made.
+type queued struct {
+	c  Change
+	at time.Time
 }
 
 // FleetStats counts what a Fleet did.
@@ -135,7 +143,7 @@ func NewFleet(s Store, c FleetConfig) *Fleet {
 	if c.Queue <= 0 {
 		c.Queue = 1024
 	}
-	f := &Fleet{store: s, cfg: c, queue: make(chan Change, c.Queue), seen: map[string]time.Time{}}
+	f := &Fleet{store: s, cfg: c, queue: make(chan queued, c.Queue), seen: map[string]time.Time{}}
 	f.size.Store(1)
 	return f
 }
@@ -181,9 +189,10 @@ func (f *Fleet) Run(ctx context.Context) error {
 // the oldest change is dropped.
 func (f *Fleet) announce(c Change) {
 	c.Instance = f.cfg.Instance
+	q := queued{c: c, at: time.Now()}
 	for {
 		select {
-		case f.queue <- c:
+		case f.queue <- q:
 			return
 		default:
 		}
@@ -200,7 +209,17 @@ func (f *Fleet) announceLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case c := <-f.queue:
+		case q := <-f.queue:
+			// A change that waited for a slow store has aged: it says what
+			// is left of its time, and one whose time is over is dropped.
+			c, waited := q.c, time.Since(q.at)
+			c.Age += waited
+			if c.For > 0 {
+				if c.For -= waited; c.For <= 0 {
+					f.dropped.Add(1)
+					continue
+				}
+			}
 			cctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 			if err := f.store.Announce(cctx, c); err != nil {
 				f.dropped.Add(1)
@@ -215,8 +234,13 @@ func (f *Fleet) announceLoop(ctx context.Context) {
 func (f *Fleet) watchLoop(ctx context.Context) {
 	backoff := FullJitter{Base: 100 * time.Millisecond, Cap: 5 * time.Second}
 	for n := 1; ctx.Err() == nil; n++ {
-		if err := f.store.Watch(ctx, f.apply); err == nil || ctx.Err() != nil {
+		start := time.Now()
+		_ = f.store.Watch(ctx, f.apply)
+		if ctx.Err() != nil {
 			return
+		}
+		if time.Since(start) > backoff.Cap {
+			n = 1 // it watched for a while: this is a new failure
 		}
 		// The store failed: try again, spread, as any retry should be.
 		if sleep(ctx, backoff.Delay(n, 0), nil) != nil {

@@ -20,6 +20,7 @@ type memStore struct {
 	mu       sync.Mutex
 	down     bool                            // guarded by mu
 	opens    map[string]time.Time            // guarded by mu
+	openBy   map[string]string               // key -> the instance whose open is kept; guarded by mu
 	holds    map[string]time.Time            // guarded by mu
 	failing  map[string]map[string]time.Time // key -> instance -> until; guarded by mu
 	alive    map[string]time.Time            // guarded by mu
@@ -30,7 +31,7 @@ type memStore struct {
 var errStoreDown = errors.New("memStore: down")
 
 func newMemStore(latency time.Duration) *memStore {
-	return &memStore{latency: latency, opens: map[string]time.Time{}, holds: map[string]time.Time{},
+	return &memStore{latency: latency, opens: map[string]time.Time{}, openBy: map[string]string{}, holds: map[string]time.Time{},
 		failing: map[string]map[string]time.Time{}, alive: map[string]time.Time{}, watchers: map[*func(Change)]struct{}{}}
 }
 
@@ -62,6 +63,7 @@ func (s *memStore) Announce(ctx context.Context, c Change) error {
 		}
 		if until := now.Add(c.For); until.After(s.opens[c.Key]) {
 			s.opens[c.Key] = until
+			s.openBy[c.Key] = c.Instance
 		}
 	case ChangeClose:
 		delete(s.opens, c.Key)
@@ -144,7 +146,7 @@ func (s *memStore) snapshotLocked(apply func(Change)) {
 					n++
 				}
 			}
-			s.deliver(apply, Change{Kind: ChangeOpen, Instance: "store", Key: k, For: until.Sub(now), Reporters: n}, now)
+			s.deliver(apply, Change{Kind: ChangeOpen, Instance: s.openBy[k], Key: k, For: until.Sub(now), Reporters: n}, now)
 		}
 	}
 	for k, until := range s.holds {
