@@ -44,8 +44,10 @@ func (a Advice) String() string {
 //
 // Many callers refused together would get the same instant, and return as
 // a herd; so each answer is spread: by up to the Retry-After spread after a
-// server's instant or a hold, by up to the breaker's OpenFor after a
-// circuit's, and by up to one floor refill after the budget's. A success,
+// server's instant or a hold, where the server named the instant, and, after
+// a circuit's or the budget's instant, by a draw of the policy for a retry
+// far into its sequence (up to its cap, 30 s by default), as a retry that
+// had waited its whole sequence would be. A success,
 // an answer that is not a failure, and an error nothing explains give the
 // zero time and AdviceNone: retry at once, or not at all, as the caller's
 // own policy says. An isolated key gives the zero time and AdviceCircuit:
@@ -92,16 +94,32 @@ func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Advice) 
 				at, why = h, AdviceHeld
 			}
 		}
-		if state == StateOpen && openUntil.After(now) {
-			if c := openUntil.Add(uniform(0, l.b.cfg.OpenFor)); c.After(at) {
+		if state != StateClosed {
+			// Open (till its open time, or already past it), or half-open
+			// with its probe in flight: come back after the circuit may
+			// let a probe through, spread as widely as the policy's longest
+			// delay, so that the many callers an open circuit refused do not
+			// come back as one herd when it closes.
+			if c := later(now, openUntil).Add(t.spread()); c.After(at) {
 				at, why = c, AdviceCircuit
 			}
 		}
 	}
 	if limit && t.budget != nil {
-		if b, spread := t.budget.tokenAt(k, now); b.After(at) {
-			at, why = b.Add(uniform(0, spread)), AdviceBudget
+		// Spread as widely too: the next token is one retry's, and every
+		// caller handed back by an empty budget would come for it.
+		if b, _ := t.budget.tokenAt(k, now); b.After(now) {
+			if b = b.Add(t.spread()); b.After(at) {
+				at, why = b, AdviceBudget
+			}
 		}
 	}
 	return at, why
+}
+
+// spread draws how far past the instant it advises RetryAt sends a caller:
+// the policy's delay for a retry far into its sequence, which for the
+// jittered policies is a draw up to their cap (30 s by default).
+func (t *Transport) spread() time.Duration {
+	return max(t.s.policy.Delay(64, 0), 0)
 }

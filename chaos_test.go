@@ -829,7 +829,11 @@ func TestChaosShutdownWakesSleepers(t *testing.T) {
 			close(allAsleep)
 		}
 	}}
-	rt := retryhttp.New(next, retryhttp.WithBudget(nil), retryhttp.WithBreaker(nil), retryhttp.WithHooks(hooks))
+	// Each request keyed by its own URL, so that the first Retry-After: 30
+	// holds only its own request's key: every request then sleeps toward
+	// its own retry rather than waiting on one shared hold.
+	ownKey := retryhttp.WithKey(func(r *http.Request) string { return r.URL.String() })
+	rt := retryhttp.New(next, retryhttp.WithBudget(nil), retryhttp.WithBreaker(nil), retryhttp.WithHooks(hooks), ownKey)
 	client := &http.Client{Transport: rt}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

@@ -185,7 +185,7 @@ func TestHoldRetryAt(t *testing.T) {
 			at, why = tr.RetryAt(nil, err)
 			assert.Equal(t, AdviceCircuit, why)
 			open := tripped.Add(bkConfig().OpenFor)
-			assert.True(t, !at.Before(open) && at.Before(open.Add(bkConfig().OpenFor)), "circuit: %v", at.Sub(open))
+			assert.True(t, !at.Before(open) && at.Before(open.Add(30*time.Second)), "circuit: %v", at.Sub(open))
 
 			b = NewBreaker(BreakerConfig{})
 			bkLane(b, testURL).hold(time.Now().Add(20 * time.Second))
@@ -206,7 +206,7 @@ func TestHoldRetryAt(t *testing.T) {
 			readBody(t, resp)
 			at, why = tr.RetryAt(resp, nil)
 			assert.Equal(t, AdviceBudget, why, "the floor's 10 tokens are spent")
-			assert.True(t, at.After(time.Now()) && !at.After(time.Now().Add(200*time.Millisecond)), "budget: %v", time.Until(at))
+			assert.True(t, at.After(time.Now()) && !at.After(time.Now().Add(100*time.Millisecond+30*time.Second)), "budget: %v", time.Until(at))
 		})
 	})
 
@@ -408,6 +408,20 @@ func TestHoldRetryAtEdges(t *testing.T) {
 		assert.True(t, b.Host("http://example.test").Isolated)
 		assert.Equal(t, HostState{Key: "http://other.test", State: StateClosed}, b.Host("http://other.test"))
 		b.Reset("http://never.test") // nothing to reset
+
+		// Half-open with its probe in flight: still advice from the circuit.
+		hb := NewBreaker(bkConfig())
+		hl := bkLane(hb, testURL)
+		bkTrip(t, hl)
+		time.Sleep(bkConfig().OpenFor)
+		_, _, err = hl.allow() // the probe
+		require.NoError(t, err)
+		tr = New(newNext(reply{status: 200}), WithBreaker(hb))
+		_, err = tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+		require.ErrorIs(t, err, ErrCircuitOpen)
+		at, why = tr.RetryAt(nil, err)
+		assert.Equal(t, AdviceCircuit, why, "refused while half-open")
+		assert.False(t, at.Before(time.Now()))
 
 		noFloor := NewBudget(BudgetConfig{MinPerSecond: -1, Ratio: -1})
 		tr = New(newNext(reply{status: 503}), WithBreaker(nil), WithBudget(noFloor), WithPolicy(Immediate{}))

@@ -233,7 +233,10 @@ func TestHooksAttemptEvents(t *testing.T) {
 			RetryInfo{Retry: 3, Delay: 2 * time.Second, RetryAfter: true},
 			AttemptStartInfo{Attempt: 4},
 			AttemptDoneInfo{Attempt: 4, Status: 429},
+			// A Retry-After of 5 s or more holds the key, to the clamp.
+			CircuitChangeInfo{Key: "http://host", From: StateClosed, To: StateHeld, Until: start.Add(2340*time.Millisecond + 7*time.Second)},
 			RetryInfo{Retry: 4, Delay: 7 * time.Second, RetryAfter: true, Clamped: true},
+			CircuitChangeInfo{Key: "http://host", From: StateHeld, To: StateClosed},
 			AttemptStartInfo{Attempt: 5},
 			AttemptDoneInfo{Attempt: 5, Status: 503, Duration: time.Millisecond},
 			GiveUpInfo{Attempts: 5, Reason: ReasonAttemptsUsed, Status: 503},

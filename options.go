@@ -162,7 +162,8 @@ func WithAttemptTimeout(d time.Duration) Option {
 // deadline the queue ahead cannot fit returns at once. The default is 429
 // only: a 503 without Retry-After may be an outage, the breaker's business;
 // add it with WithAdaptiveRate(429, 503). No status turns it off. A key
-// that has never been throttled costs nothing.
+// that has never been throttled costs nothing beyond the look-up of its key's
+// lane, which a transport with a breaker makes anyway.
 func WithAdaptiveRate(statuses ...int) Option {
 	statuses = slices.Clone(statuses)
 	return requestOption("WithAdaptiveRate", func(s *settings) { s.throttleOn = statuses })

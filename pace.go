@@ -135,8 +135,7 @@ func (p *pacer) wait(ctx context.Context) (uint64, error) {
 		return gen, nil
 	}
 	if dl, ok := ctx.Deadline(); ok {
-		ahead := time.Duration(float64(len(p.queue)+1) / r * float64(time.Second))
-		if !now.Add(ahead).Before(dl) {
+		if !now.Add(p.aheadLocked(now, len(p.queue)+1)).Before(dl) {
 			p.mu.Unlock()
 			return 0, errPaced
 		}
@@ -160,6 +159,21 @@ func (p *pacer) wait(ctx context.Context) (uint64, error) {
 		w.gone = true
 		return 0, ctx.Err()
 	}
+}
+
+// aheadLocked estimates how long the releases of k more attempts take:
+// at the current rate once it follows CUBIC (close to flat), and along the
+// doubling curve in slow start, where the current rate would overstate the
+// wait many times over.
+func (p *pacer) aheadLocked(now time.Time, k int) time.Duration {
+	if p.wmax > 0 {
+		return time.Duration(float64(k) / p.rateAt(now) * float64(time.Second))
+	}
+	td := slowStartStep.Seconds()
+	t0 := now.Sub(p.cutAt).Seconds()
+	// The releases from t0 to t0+T number ∫ R0·2^(t/td) dt.
+	end := td * math.Log2(math.Exp2(t0/td)+float64(k)*math.Ln2/(slowStartRate*td))
+	return time.Duration((end - t0) * float64(time.Second))
 }
 
 // scheduleLocked arranges the release of the queue's head when the

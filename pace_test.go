@@ -278,3 +278,31 @@ func TestPaceSlotsEdges(t *testing.T) {
 		assert.True(t, l.idle(time.Now()))
 	})
 }
+
+// In slow start the wait ahead is estimated along the doubling curve: 100
+// requests queued at 10/s doubling every 200 ms are served in about 1.03 s,
+// not 10 s; a request with 3 s left waits its turn.
+func TestPaceSlowStartEstimate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPacer(time.Now())
+		d := p.aheadLocked(time.Now(), 100)
+		assert.InDelta(t, 1.03, d.Seconds(), 0.01) // 0.2·log2(1 + 100·ln2/(10·0.2))
+		tr := New(newNext(reply{status: 200}), WithBreaker(nil), WithBudget(nil))
+		l := tr.lanes.lane(keyOf(mustParse(t, testURL)))
+		l.throttle(time.Now(), 0)
+		var wg sync.WaitGroup
+		var ok atomic.Int64
+		for range 100 {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+				defer cancel()
+				if resp, err := tr.RoundTrip(newReq(ctx, http.MethodGet, nil)); err == nil {
+					resp.Body.Close()
+					ok.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, int64(100), ok.Load(), "requests sent, the key paced without a breaker")
+	})
+}

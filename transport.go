@@ -126,7 +126,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.budget != nil {
 		t.budget.deposit(r.key)
 	}
-	if t.breaker != nil || r.s.stateful || r.s.maxInFlight > 0 {
+	if t.breaker != nil || r.s.stateful || r.s.maxInFlight > 0 || len(r.s.throttleOn) > 0 {
 		r.lane = t.lanes.lane(r.key)
 	}
 	defer r.unwind()
