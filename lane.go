@@ -69,6 +69,9 @@ type lane struct {
 	// paced bit clear, for a key that never did (or recovered since).
 	pace  atomic.Pointer[pacer]
 	slots atomic.Pointer[slots] // attempts in flight, with WithConcurrencyLimit
+	// advised counts the callers RetryAt sent back to this key, to place
+	// each in the window it spreads them over.
+	advised atomic.Uint64
 
 	mu        sync.Mutex
 	since     time.Time // first failure of the period; guarded by mu

@@ -58,7 +58,7 @@ func writeSVG(w io.Writer, rs []result, outage time.Duration, deliveries int) {
 	fmt.Fprintf(&s, `<rect width="%d" height="%d" fill="white"/>`+"\n", svgWidth, height)
 	fmt.Fprintf(&s, `<text x="%d" y="22" font-size="15" font-weight="bold">Attempts reaching the endpoint per 100 ms, %s deliveries per policy</text>`+"\n",
 		svgLeft, thousands(deliveries))
-	fmt.Fprintf(&s, `<text x="%d" y="40" fill="#555">Shaded: endpoint down (first %v). Same scales in every panel; 1 attempt per 100 ms is 10 req/s.</text>`+"\n",
+	fmt.Fprintf(&s, `<text x="%d" y="40" fill="#555">Shaded: endpoint down (first %v). Dashed: 99%% delivered. Same scales in every panel; 1 attempt per 100 ms is 10 req/s.</text>`+"\n",
 		svgLeft, outage)
 
 	for i, r := range rs {
@@ -70,10 +70,6 @@ func writeSVG(w io.Writer, rs []result, outage time.Duration, deliveries int) {
 		fmt.Fprintf(&s, `<text x="%d" y="%.1f" text-anchor="end" fill="#555">%s</text>`+"\n", svgWidth-svgRight, top-6, html.EscapeString(summary(r, deliveries)))
 		fmt.Fprintf(&s, `<rect class="outage" x="%.1f" y="%.1f" width="%.1f" height="%d" fill="%s"/>`+"\n",
 			x(0), top, x(min(outage.Seconds(), xEnd))-x(0), svgPlotH, svgDown)
-		if i == 0 && outage > 0 {
-			fmt.Fprintf(&s, `<text x="%.1f" y="%.1f" text-anchor="end" font-size="10" fill="#a33">endpoint down</text>`+"\n",
-				x(min(outage.Seconds(), xEnd))-4, top+12)
-		}
 		for k := 0; float64(k)*yStep <= yTop+yStep/2; k++ {
 			v := float64(k) * yStep
 			fmt.Fprintf(&s, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s"/>`+"\n", svgLeft, y(v), svgWidth-svgRight, y(v), svgGrid)
@@ -94,6 +90,21 @@ func writeSVG(w io.Writer, rs []result, outage time.Duration, deliveries int) {
 		}
 		fmt.Fprintf(&pts, " %.1f,%.1f", x(float64(len(r.perBucket))*bucket.Seconds()), bot)
 		fmt.Fprintf(&s, `<polyline fill="%s" stroke="%s" stroke-width="1.2" stroke-linejoin="round" points="%s"/>`+"\n", svgArea, svgLine, pts.String())
+		if r.t99 >= 0 {
+			// When 99% had their 200: a mark that reads where the line is
+			// too low to see on the shared scale.
+			t := x(r.t99.Seconds())
+			fmt.Fprintf(&s, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#2a7a2a" stroke-dasharray="3 2"/>`+"\n", t, top, t, bot)
+			lx, anchor := t+3, "start"
+			if lx+80 > svgWidth-svgRight {
+				lx, anchor = t-3, "end" // no room on the right: label on the left
+			}
+			fmt.Fprintf(&s, `<text x="%.1f" y="%.1f" font-size="10" fill="#2a7a2a" text-anchor="%s" %s>99%% delivered</text>`+"\n", lx, top+11, anchor, halo("white"))
+		}
+		if i == 0 && outage > 0 {
+			fmt.Fprintf(&s, `<text x="%.1f" y="%.1f" text-anchor="end" font-size="10" fill="#a33" %s>endpoint down</text>`+"\n",
+				x(min(outage.Seconds(), xEnd))-4, top+12, halo(svgDown))
+		}
 		fmt.Fprintf(&s, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#888"/>`+"\n", svgLeft, bot, svgWidth-svgRight, bot)
 		fmt.Fprintf(&s, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#888"/>`+"\n", svgLeft, top, svgLeft, bot)
 		s.WriteString("</g>\n")
@@ -111,6 +122,12 @@ func writeSVG(w io.Writer, rs []result, outage time.Duration, deliveries int) {
 	fmt.Fprintf(&s, `<text transform="translate(16 %.1f) rotate(-90)" text-anchor="middle">attempts per 100 ms</text>`+"\n", mid)
 	s.WriteString("</svg>\n")
 	_, _ = io.WriteString(w, s.String())
+}
+
+// halo is the attributes that outline a label in its background's colour,
+// so that a grid line behind it does not cross it.
+func halo(background string) string {
+	return fmt.Sprintf(`stroke="%s" stroke-width="3" paint-order="stroke"`, background)
 }
 
 // niceStep returns a round step (1, 2, 2.5 or 5 times a power of ten) that

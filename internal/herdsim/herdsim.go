@@ -31,7 +31,7 @@ type Scenario struct {
 	Options    []retryhttp.Option // the transport's options
 	// Redrive, when positive, makes every delivery a dispatcher's queue
 	// entry rather than a single call: whenever RoundTrip hands back a
-	// failure (an error, or a response other than 200), the delivery asks
+	// failure (an error, or a response that is not 2xx), the delivery asks
 	// the transport's RetryAt and calls RoundTrip again, with a fresh
 	// request, at exactly the instant advised (at once if the instant has
 	// passed; never earlier), until it is delivered or the next instant
@@ -120,7 +120,7 @@ func Run(s Scenario) Result {
 				}
 				resp, err := tr.RoundTrip(req)
 				at := time.Since(ep.start)
-				ok := err == nil && resp.StatusCode == http.StatusOK
+				ok := err == nil && resp.StatusCode/100 == 2
 				if err != nil && errors.Is(err, retryhttp.ErrCircuitOpen) {
 					refused = true
 				}
@@ -150,22 +150,25 @@ func Run(s Scenario) Result {
 				if s.Redrive <= 0 {
 					break
 				}
-				if next.After(horizon) || pass == maxRedrives {
-					mu.Lock()
+				wait := time.Until(next)
+				late := next.After(horizon) || pass == maxRedrives
+				mu.Lock()
+				switch {
+				case late:
 					gaveUp++
-					mu.Unlock()
+				case wait <= 0:
+					atOnce++
+					redrives++
+				default:
+					redrives++
+				}
+				mu.Unlock()
+				if late {
 					break
 				}
-				if wait := time.Until(next); wait > 0 {
+				if wait > 0 {
 					time.Sleep(wait) // virtual time: wakes at exactly next
-				} else {
-					mu.Lock()
-					atOnce++
-					mu.Unlock()
 				}
-				mu.Lock()
-				redrives++
-				mu.Unlock()
 			}
 			if refused {
 				mu.Lock()
