@@ -9,13 +9,13 @@ require (
 	github.com/retryhttp/retryhttp v0.0.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
+	golang.org/x/time v0.16.0
 )
 
 require (
 	github.com/bits-and-blooms/bitset v1.24.4 // indirect
 	github.com/influxdata/tdigest v0.0.1 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/time v0.16.0 // indirect
 )
 
 replace github.com/retryhttp/retryhttp => ../

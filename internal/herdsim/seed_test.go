@@ -179,12 +179,12 @@ func TestSeedTable(t *testing.T) {
 	// follow at once) ...
 	require.LessOrEqual(t, float64(redrive.Wasted), 0.15*float64(full.Wasted), "redrive: wasted vs full jitter's")
 	// ... and arriving at recovery about as hard as full jitter does. Both
-	// peaks are the largest 100 ms bucket of about 10,000 spread arrivals:
-	// over 22 runs redrive's ranged over 700-980/s and full jitter's over
-	// 740-960/s, so "no higher" in every run cannot be asserted; 1.25x
-	// holds with room, and a herd (the 2,000/s that a spread over one open
-	// period gave) does not.
-	require.LessOrEqual(t, redrive.PeakRecoveryRPS, 1.25*full.PeakRecoveryRPS, "redrive: peak at recovery vs full jitter's")
+	// peaks are the largest 100 ms bucket of thousands of spread arrivals,
+	// and vary from run to run: over 35 runs redrive's was 0.92x to 1.24x
+	// full jitter's, so "no higher" in every run cannot be asserted; 1.4x
+	// holds with room, and a herd does not (spreading over one open period
+	// instead gave 2,000-2,400/s, 3x).
+	require.LessOrEqual(t, redrive.PeakRecoveryRPS, 1.4*full.PeakRecoveryRPS, "redrive: peak at recovery vs full jitter's")
 	spread, herd := results["Retry-After: 5, spread 1s"], results["Retry-After: 5, no spread"]
 	require.LessOrEqual(t, peak(spread), 0.25*peak(herd), "Retry-After herd: peak with the spread vs without")
 
