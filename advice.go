@@ -22,9 +22,12 @@ const (
 	AdviceCircuit
 	// AdviceBudget: the retry budget holds no token until then.
 	AdviceBudget
+	// AdviceRate: the key's send rate, cut after it throttled, lets this
+	// request go about then; a request sent earlier would wait its turn.
+	AdviceRate
 )
 
-var adviceNames = [...]string{"none", "server", "held", "circuit", "budget"}
+var adviceNames = [...]string{"none", "server", "held", "circuit", "budget", "rate"}
 
 // String returns the advice's name, such as "circuit".
 func (a Advice) String() string {
@@ -38,8 +41,9 @@ func (a Advice) String() string {
 // an http.Client over this transport) the earliest instant worth sending
 // the request again, and why: when the server asked (Retry-After, not
 // clamped: a queue can wait where a request could not), when the key's
-// hold ends, when its circuit may let a probe through, or when the retry
-// budget holds a token again; the latest of those that apply. It reads the
+// hold ends, when its circuit may let a probe through, when the send rate
+// of a throttled key lets it through, or when the retry budget holds a
+// token again; the latest of those that apply. It reads the
 // transport's state now, so call it when the request comes back.
 //
 // Many callers refused together would get the same instant, and return as
@@ -80,7 +84,8 @@ func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Advice) 
 		k = e.key
 		limit = e.Reason == ReasonBudgetExhausted
 	}
-	if l := t.lanes.lanes.peek(k); l != nil {
+	l := t.lanes.lanes.peek(k)
+	if l != nil {
 		l.mu.Lock()
 		w := l.word.Load()
 		state, _ := unpack(w)
@@ -100,16 +105,27 @@ func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Advice) 
 			// let a probe through, spread as widely as the policy's longest
 			// delay, so that the many callers an open circuit refused do not
 			// come back as one herd when it closes.
-			if c := later(now, openUntil).Add(t.spread()); c.After(at) {
+			if c := later(now, openUntil).Add(t.spread(l)); c.After(at) {
 				at, why = c, AdviceCircuit
 			}
+		}
+	}
+	if l != nil && why == AdviceNone {
+		if p := l.pace.Load(); p != nil {
+			// A throttled key is sent to at the rate it admits: the budget
+			// and the policy's spread would only leave it idle. Come back
+			// about when the queue ahead is through.
+			p.mu.Lock()
+			ahead := p.aheadLocked(now, len(p.queue)+1)
+			p.mu.Unlock()
+			return now.Add(ahead), AdviceRate
 		}
 	}
 	if limit && t.budget != nil {
 		// Spread as widely too: the next token is one retry's, and every
 		// caller handed back by an empty budget would come for it.
 		if b, _ := t.budget.tokenAt(k, now); b.After(now) {
-			if b = b.Add(t.spread()); b.After(at) {
+			if b = b.Add(t.spread(l)); b.After(at) {
 				at, why = b, AdviceBudget
 			}
 		}
@@ -117,9 +133,36 @@ func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Advice) 
 	return at, why
 }
 
-// spread draws how far past the instant it advises RetryAt sends a caller:
-// the policy's delay for a retry far into its sequence, which for the
-// jittered policies is a draw up to their cap (30 s by default).
-func (t *Transport) spread() time.Duration {
-	return max(t.s.policy.Delay(64, 0), 0)
+// spread returns how far past the instant it advises RetryAt sends a
+// caller: a point of the window from 0 to the policy's cap (30 s by
+// default), the width over which a retry far into its sequence is drawn.
+// The callers of one key get the points of a golden-ratio sequence rather
+// than independent draws, so that however many come back, they fill the
+// window evenly instead of in random clumps; without a lane, or with a
+// Policy of the caller's own, a draw of the policy.
+func (t *Transport) spread(l *lane) time.Duration {
+	w := policyCap(t.s.policy)
+	if l == nil || w <= 0 {
+		return max(t.s.policy.Delay(64, 0), 0)
+	}
+	const golden = 0.6180339887498949
+	_, frac := math.Modf(float64(l.advised.Add(1)) * golden)
+	return time.Duration(frac * float64(w))
+}
+
+// policyCap returns the longest delay of the policies this package
+// defines, or 0 for another Policy.
+func policyCap(p Policy) time.Duration {
+	switch p := p.(type) {
+	case FullJitter:
+		return bound(64, p.Base, p.Cap)
+	case EqualJitter:
+		return bound(64, p.Base, p.Cap)
+	case Exponential:
+		return bound(64, p.Base, p.Cap)
+	case DecorrelatedJitter:
+		_, c := defaults(p.Base, p.Cap)
+		return c
+	}
+	return 0
 }

@@ -379,8 +379,8 @@ func TestHoldSharedBreakerReportsOnce(t *testing.T) {
 
 // Names of what RetryAt and hooks report.
 func TestHoldNames(t *testing.T) {
-	assert.Equal(t, []string{"none", "server", "held", "circuit", "budget", "Advice(?)"},
-		[]string{AdviceNone.String(), AdviceServer.String(), AdviceHeld.String(), AdviceCircuit.String(), AdviceBudget.String(), Advice(9).String()})
+	assert.Equal(t, []string{"none", "server", "held", "circuit", "budget", "rate", "Advice(?)"},
+		[]string{AdviceNone.String(), AdviceServer.String(), AdviceHeld.String(), AdviceCircuit.String(), AdviceBudget.String(), AdviceRate.String(), Advice(9).String()})
 	assert.Equal(t, []string{"held", "State(?)", "held", "Reason(99)"},
 		[]string{StateHeld.String(), State(9).String(), ReasonHeld.String(), Reason(99).String()})
 	err := (&heldError{until: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}).Error()

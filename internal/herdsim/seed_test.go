@@ -178,13 +178,13 @@ func TestSeedTable(t *testing.T) {
 	// over the policy's 30 s cap, where a new attempt would otherwise
 	// follow at once) ...
 	require.LessOrEqual(t, float64(redrive.Wasted), 0.15*float64(full.Wasted), "redrive: wasted vs full jitter's")
-	// ... and arriving at recovery about as hard as full jitter does. Both
+	// ... and arriving at recovery no harder than full jitter does. Both
 	// peaks are the largest 100 ms bucket of thousands of spread arrivals,
-	// and vary from run to run: over 35 runs redrive's was 0.92x to 1.24x
-	// full jitter's, so "no higher" in every run cannot be asserted; 1.4x
-	// holds with room, and a herd does not (spreading over one open period
+	// and vary from run to run: over 20 runs redrive's was 0.74x to 1.04x
+	// full jitter's (19 of them at most 1x), so the bound asserted is
+	// 1.15x, which a herd misses by far (spreading over one open period
 	// instead gave 2,000-2,400/s, 3x).
-	require.LessOrEqual(t, redrive.PeakRecoveryRPS, 1.4*full.PeakRecoveryRPS, "redrive: peak at recovery vs full jitter's")
+	require.LessOrEqual(t, redrive.PeakRecoveryRPS, 1.15*full.PeakRecoveryRPS, "redrive: peak at recovery vs full jitter's")
 	spread, herd := results["Retry-After: 5, spread 1s"], results["Retry-After: 5, no spread"]
 	require.LessOrEqual(t, peak(spread), 0.25*peak(herd), "Retry-After herd: peak with the spread vs without")
 
