@@ -1,0 +1,116 @@
+package herdsim
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/retryhttp/retryhttp"
+	"golang.org/x/time/rate"
+)
+
+// Throttled is the throttled-batch scenario: a batch of requests issued at
+// t = 0 to an API that admits Rate requests per second (a server-side
+// token bucket of Burst) and answers 429, without Retry-After, beyond it.
+// Every request is a queue entry that a batch loop sends again, at the
+// instant the transport's RetryAt advises (or, when it gives none, after a
+// draw of Fallback), until it is delivered or Horizon passes.
+type Throttled struct {
+	Name     string
+	Requests int
+	Rate     float64
+	Burst    int
+	Horizon  time.Duration
+	Fallback retryhttp.Policy // nil: FullJitter{}
+	Options  []retryhttp.Option
+}
+
+// ThrottledResult is what the server and the batch loop saw.
+type ThrottledResult struct {
+	Name      string
+	Delivered int
+	Done      time.Duration // when the last request was delivered
+	Attempts  int           // attempts the server received
+	Throttled int           // of those, answered 429
+	PeakRPS   float64       // largest 100 ms bucket of attempts, per second
+}
+
+// RunThrottled runs s inside a synctest bubble.
+func RunThrottled(s Throttled) ThrottledResult {
+	srv := &admitter{lim: rate.NewLimiter(rate.Limit(s.Rate), s.Burst), start: time.Now()}
+	tr := retryhttp.New(srv, s.Options...)
+	fallback := s.Fallback
+	if fallback == nil {
+		fallback = retryhttp.FullJitter{}
+	}
+	var (
+		wg        sync.WaitGroup
+		delivered atomic.Int64
+		last      atomic.Int64
+	)
+	for range s.Requests {
+		wg.Go(func() {
+			for n := 1; ; n++ {
+				req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://api.test/item", nil)
+				if err != nil {
+					panic(err)
+				}
+				resp, err := tr.RoundTrip(req)
+				if err == nil && resp.StatusCode == http.StatusOK {
+					resp.Body.Close()
+					delivered.Add(1)
+					last.Store(int64(time.Since(srv.start)))
+					return
+				}
+				at, _ := tr.RetryAt(resp, err)
+				if resp != nil {
+					resp.Body.Close()
+				}
+				if at.IsZero() {
+					at = time.Now().Add(fallback.Delay(n, 0))
+				}
+				if at.Sub(srv.start) > s.Horizon {
+					return
+				}
+				time.Sleep(time.Until(at))
+			}
+		})
+	}
+	wg.Wait()
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	peak := 0
+	for _, n := range srv.perBucket {
+		peak = max(peak, n)
+	}
+	return ThrottledResult{Name: s.Name, Delivered: int(delivered.Load()), Done: time.Duration(last.Load()),
+		Attempts: srv.attempts, Throttled: srv.throttled, PeakRPS: float64(peak) * float64(time.Second/Bucket)}
+}
+
+// admitter answers 200 within its token bucket and 429 beyond it.
+type admitter struct {
+	lim   *rate.Limiter
+	start time.Time
+
+	mu                  sync.Mutex
+	attempts, throttled int                   // guarded by mu
+	perBucket           map[time.Duration]int // guarded by mu
+}
+
+func (a *admitter) RoundTrip(req *http.Request) (*http.Response, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.perBucket == nil {
+		a.perBucket = map[time.Duration]int{}
+	}
+	a.attempts++
+	a.perBucket[time.Since(a.start).Truncate(Bucket)]++
+	status := http.StatusOK
+	if !a.lim.Allow() {
+		a.throttled++
+		status = http.StatusTooManyRequests
+	}
+	return &http.Response{StatusCode: status, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
+}
