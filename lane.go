@@ -195,14 +195,7 @@ func (l *lane) allow() (ticket, transitions, error) {
 // record tells the circuit the outcome of an attempt admitted with tk.
 func (l *lane) record(tk ticket, o outcome) transition {
 	if o == outcomeSuccess && !tk.probe {
-		// The hot path: no lock, and no write unless there is memory to
-		// reset.
-		if l.failing.Load() {
-			l.succ.Add(1)
-		}
-		if l.prev.Load() != 0 {
-			l.prev.Store(0)
-		}
+		l.recordSuccess()
 		return transition{}
 	}
 	if (o == outcomeNone || !l.b.circuits) && !tk.probe {
@@ -236,6 +229,17 @@ func (l *lane) record(tk ticket, o outcome) transition {
 		return l.failLocked(now)
 	}
 	return transition{}
+}
+
+// recordSuccess records a success of an attempt that was not a probe: the
+// hot path, with no lock, and no write unless there is memory to reset.
+func (l *lane) recordSuccess() {
+	if l.failing.Load() {
+		l.succ.Add(1)
+	}
+	if l.prev.Load() != 0 {
+		l.prev.Store(0)
+	}
 }
 
 // failLocked counts a failure in the closed state and trips the circuit when

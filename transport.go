@@ -189,7 +189,9 @@ func (r *retrier) unwind() {
 		r.admitted = false
 		r.lane.record(r.ticket, outcomeNone)
 	}
-	r.releaseSlot()
+	if r.slot {
+		r.releaseSlot()
+	}
 	if r.resp != nil {
 		r.resp.Body.Close()
 	}
@@ -236,30 +238,41 @@ type retrier struct {
 func (r *retrier) record(v verdict, resp *http.Response) serverWait {
 	if r.admitted {
 		r.admitted = false
-		r.report(r.lane.record(r.ticket, v.host))
-		if r.ticket.paced && v.host == outcomeSuccess {
-			r.lane.paceSuccess(r.paceGen)
+		if tk := r.ticket; v.host == outcomeSuccess && !tk.probe && !tk.paced {
+			r.lane.recordSuccess() // the hot path: no transition to report
+		} else {
+			r.report(r.lane.record(tk, v.host))
+			if tk.paced && v.host == outcomeSuccess {
+				r.lane.paceSuccess(r.paceGen)
+			}
 		}
 	}
-	var w serverWait
-	if v.retry && resp != nil {
-		now := time.Now()
-		w = parseServerWait(resp.Header, now, r.s.maxRetryAfter)
-		if w.seen {
-			r.t.stats.raSeen.Add(1)
-		}
-		if w.clamped {
-			r.t.stats.raClamped.Add(1)
-		}
-		if w.ok && w.asked >= holdThreshold && r.lane != nil {
-			// A long wait asked for holds the whole key, never past the
-			// clamp.
-			r.report(r.lane.hold(now.Add(w.d)))
-		}
-		if !w.ok && r.lane != nil && slices.Contains(r.s.throttleOn, resp.StatusCode) {
-			// "Too many" with no instant to come back: send slower.
-			r.lane.throttle(now, r.paceGen)
-		}
+	if !v.retry || resp == nil {
+		return serverWait{}
+	}
+	return r.recordRetryable(resp)
+}
+
+// recordRetryable reads and counts what a retryable response asks for,
+// holds the key for a long Retry-After, and slows a key that throttled
+// without one.
+func (r *retrier) recordRetryable(resp *http.Response) serverWait {
+	now := time.Now()
+	w := parseServerWait(resp.Header, now, r.s.maxRetryAfter)
+	if w.seen {
+		r.t.stats.raSeen.Add(1)
+	}
+	if w.clamped {
+		r.t.stats.raClamped.Add(1)
+	}
+	if w.ok && w.asked >= holdThreshold && r.lane != nil {
+		// A long wait asked for holds the whole key, never past the
+		// clamp.
+		r.report(r.lane.hold(now.Add(w.d)))
+	}
+	if !w.ok && r.lane != nil && slices.Contains(r.s.throttleOn, resp.StatusCode) {
+		// "Too many" with no instant to come back: send slower.
+		r.lane.throttle(now, r.paceGen)
 	}
 	return w
 }
@@ -422,6 +435,21 @@ func (r *retrier) admit() error {
 	if r.lane == nil {
 		return nil
 	}
+	if w := r.lane.word.Load(); w&(1<<stateBits-1) == 0 {
+		// The hot path, as lane.allow begins it: closed, not held, not
+		// paced.
+		r.ticket, r.admitted = ticket{gen: w >> stateBits}, true
+		r.paceGen = 0
+		if r.s.maxInFlight > 0 {
+			return r.admitPaced(false)
+		}
+		return nil
+	}
+	return r.admitSlow()
+}
+
+// admitSlow is admit past its hot path.
+func (r *retrier) admitSlow() error {
 	ctx := r.req.Context()
 	var waited time.Duration
 	for {
