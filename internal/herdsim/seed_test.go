@@ -14,21 +14,21 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var jsonOut = flag.String("json", "", "also write the seed table to this file as JSON")
+var jsonOut = flag.String("json", "", "also write the table to this file as JSON")
 
-// The seed's scenario: 10,000 deliveries to one endpoint that fails
+// The webhook herd: 10,000 deliveries to one endpoint that fails
 // completely for 20 s and then recovers at once, base 200 ms, cap 30 s.
 const (
 	deliveries = 10_000
 	outage     = 20 * time.Second
 	base       = 200 * time.Millisecond
 	maxDelay   = 30 * time.Second
-	// seedAttempts is the seed's allowance. Four full-jitter attempts wait
+	// fourAttempts is the default allowance. Four full-jitter attempts wait
 	// at most 0.2+0.4+0.8 = 1.4 s, so every delivery gives up long before a
 	// 20 s outage ends and none is ever delivered.
-	seedAttempts = 4
-	// attempts is the allowance of the main table. The seed's "time to 99%
-	// delivered" implies sequences that outlast the outage: with twelve
+	fourAttempts = 4
+	// attempts is the allowance of the main table: a "time to 99%
+	// delivered" needs sequences that outlast the outage. With twelve
 	// attempts, plain exponential's eighth attempt comes at 25.4 s, and a
 	// full-jitter delivery's bounds sum to 141 s, so all but a sliver of
 	// deliveries still have an attempt left when the endpoint recovers.
@@ -61,7 +61,7 @@ type row struct {
 
 func scenarios(maxAttempts int) []Scenario {
 	// Every row but the budget and breaker rows has both turned off, so the
-	// policy alone is measured, as in the seed.
+	// policy alone is measured.
 	alone := func(p retryhttp.Policy, more ...retryhttp.Option) []retryhttp.Option {
 		return append([]retryhttp.Option{
 			retryhttp.WithPolicy(p), retryhttp.WithMaxAttempts(maxAttempts),
@@ -94,20 +94,20 @@ func scenarios(maxAttempts int) []Scenario {
 	}
 }
 
-// TestSeedTable reproduces the seed's benchmark through the real Transport
-// in virtual time, prints the table, and checks the seed's claims.
+// TestSeedTable runs the webhook herd through the real Transport in virtual
+// time, prints the table, and checks what the README claims of it.
 func TestSeedTable(t *testing.T) {
 	type job struct {
 		s Scenario
 		n int // attempts
 	}
 	var jobs []job
-	for _, n := range []int{attempts, seedAttempts} {
+	for _, n := range []int{attempts, fourAttempts} {
 		for _, s := range scenarios(n) {
-			if n == seedAttempts && (strings.Contains(s.Name, "Retry-After") || strings.Contains(s.Name, "first-attempt")) {
-				continue // the seed's four-attempt table has the policy rows only
+			if n == fourAttempts && (strings.Contains(s.Name, "Retry-After") || strings.Contains(s.Name, "first-attempt")) {
+				continue // the four-attempt table has the policy rows only
 			}
-			if n == seedAttempts && s.Redrive > 0 {
+			if n == fourAttempts && s.Redrive > 0 {
 				// The dispatcher, not the allowance, shapes the redrive
 				// row: with four attempts its figures are the same within
 				// a few percent, and a run costs about 16 s under -race.
@@ -228,7 +228,7 @@ func toRow(s Scenario, r Result, maxAttempts int) row {
 	return out
 }
 
-// table formats the rows as the seed's table, with a sparkline of the
+// table formats the rows as a table, with a sparkline of the
 // endpoint's attempts per 100 ms under each row.
 func table(rows []row) string {
 	var b strings.Builder
