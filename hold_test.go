@@ -396,6 +396,7 @@ func TestHoldRetryAtEdges(t *testing.T) {
 		assert.True(t, at.IsZero())
 		assert.Equal(t, AdviceNone, why, "an error that is not an Error")
 		at, why = tr.RetryAt(&http.Response{StatusCode: 503}, nil)
+		assert.True(t, at.IsZero())
 		assert.Equal(t, AdviceNone, why, "a response without its request")
 
 		b := NewBreaker(BreakerConfig{})
