@@ -681,8 +681,11 @@ func FuzzRoundTrip(f *testing.F) {
 			length      int64
 		}{req.Method, req.URL.String(), req.Header.Clone(), req.Body, req.GetBody != nil, req.ContentLength}
 
-		// The transport: every delay zero, so that nothing sleeps.
-		o := []Option{WithPolicy(Immediate{}), WithMaxRetryAfter(0), WithRetryAfterSpread(0),
+		// The transport: every delay zero, so that nothing sleeps. The
+		// adaptive send rate is off: it paces a throttled key in real time
+		// (its own tests run in virtual time), and the model here is of the
+		// decision, not of the pace.
+		o := []Option{WithPolicy(Immediate{}), WithMaxRetryAfter(0), WithRetryAfterSpread(0), WithAdaptiveRate(),
 			WithMaxAttempts(c.maxAttempts), WithBodyBuffer(c.bodyBuffer), WithBudget(nil), WithBreaker(nil)}
 		switch {
 		case c.budget == 6:
