@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -217,31 +218,71 @@ func (ctxBody) Close() error { return nil }
 
 // 100,000 hosts that trip and are never called again, each named by a URL
 // with a 4 KiB query, then other traffic: the breaker keeps at most its cap,
-// and no host's URL.
+// and no host's URL. The hosts go in batches: each host of a batch fails
+// once, the clock moves past the span, and each fails again, which trips
+// it; then the clock moves past the open period, and the next batch comes.
+// Two workers share each batch, so that the breaker's table is used from
+// two goroutines at once, as it is in a server.
 func TestFaultsAbandonedHostsBounded(t *testing.T) {
 	const (
 		abandoned = 100_000
 		cap       = 10_000
+		batch     = 500
+		workers   = 2
 	)
 	synctest.Test(t, func(t *testing.T) {
 		query := "?secret=" + strings.Repeat("s", 4096)
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		b := NewBreaker(BreakerConfig{Span: time.Millisecond, MinFailures: 1, OpenFor: time.Second, OpenJitter: -1, MaxHosts: cap})
-		tr := New(statusNext(503), WithBudget(nil), WithBreaker(b), WithMaxAttempts(2), WithPolicy(Exponential{Base: time.Millisecond}))
-		for i := range abandoned {
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, fmt.Sprintf("http://h%d.test/%s", i, query), nil)
-			require.NoError(t, err)
-			resp, err := tr.RoundTrip(req)
-			require.NoError(t, err)
-			resp.Body.Close()
-		}
-		time.Sleep(24 * time.Hour)
+		var opened atomic.Int64
+		b := NewBreaker(BreakerConfig{Span: time.Millisecond, MinFailures: 1, OpenFor: time.Second, OpenJitter: -1, MaxHosts: cap,
+			OnStateChange: func(c CircuitChangeInfo) {
+				if c.To == StateOpen {
+					opened.Add(1)
+				}
+			}})
+		tr := New(statusNext(503), WithBudget(nil), WithBreaker(b), WithMaxAttempts(1))
 		ok := New(statusNext(200), WithBudget(nil), WithBreaker(b))
-		for i := range cap {
-			sendGET(t, ok, fmt.Sprintf("http://other%d.test/", i))
+		// each runs f(i) for every i < n, the workers taking turns.
+		each := func(n int, f func(i int)) {
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Go(func() {
+					for i := w; i < n; i += workers {
+						f(i)
+					}
+				})
+			}
+			wg.Wait()
 		}
+		reqs := make([]*http.Request, batch)
+		for first := 0; first < abandoned; first += batch {
+			each(batch, func(i int) {
+				req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://h"+strconv.Itoa(first+i)+".test/"+query, nil)
+				if err != nil {
+					panic(err)
+				}
+				reqs[i] = req
+			})
+			for pass := range 2 {
+				if pass == 1 {
+					time.Sleep(time.Millisecond) // past the span: the next failure trips
+				}
+				each(batch, func(i int) {
+					resp, err := tr.RoundTrip(reqs[i])
+					if err != nil {
+						panic(err)
+					}
+					resp.Body.Close()
+				})
+			}
+			time.Sleep(time.Second) // the open period: abandoned from here on
+		}
+		clear(reqs)
+		require.Equal(t, int64(abandoned), opened.Load(), "hosts tripped")
+		time.Sleep(24 * time.Hour)
+		each(cap, func(i int) { sendGET(t, ok, "http://other"+strconv.Itoa(i)+".test/") })
 		assert.LessOrEqual(t, b.lanes.len(), cap, "lanes held")
 		runtime.GC()
 		runtime.ReadMemStats(&after)
@@ -387,6 +428,7 @@ func TestFaultsRetryAfterClockSkew(t *testing.T) {
 // timeouts and callers' deadlines. Every request ends; afterwards no lane
 // holds a probe or a sleeper.
 func TestFaultsStress(t *testing.T) {
+	t.Parallel() // heavy; shares nothing with other tests
 	synctest.Test(t, func(t *testing.T) {
 		const (
 			workers = 2000

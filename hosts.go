@@ -80,10 +80,12 @@ const clockSteps = 32
 // How entries leave it: the table holds at most max entries that could be
 // dropped. An insertion into a full table evicts an idle entry (one that a
 // fresh entry would replace without loss), the least recently used as the
-// CLOCK algorithm approximates it: each get marks its entry used, and the
-// clock hand, moving over at most clockSteps entries, clears marks until it
-// finds an idle entry not used since the hand last passed, or else takes the
-// first idle one it passed. When none of those entries is idle (each holds
+// CLOCK algorithm approximates it: each get marks its entry used (a new
+// entry starts used), and the clock hand, moving over at most clockSteps
+// entries, clears marks until it finds an idle entry not used since the hand
+// last passed, or else takes the first idle one it passed. So an entry is
+// dropped unused only after the hand has passed it once: a request whose
+// attempt is in flight keeps its fresh entry while the table fills. When none of those entries is idle (each holds
 // an open circuit or a request in flight) the table grows past max, and
 // later insertions evict two entries each until it is back within bounds.
 type table[V any] struct {
@@ -158,6 +160,10 @@ func (t *table[V]) insert(k hostKey, mk func(hostKey) V) any {
 		}
 	}
 	e := &entry[V]{k: k.clone()}
+	// New, it counts as used: the request that inserts it has yet to use
+	// it (its attempt may be in flight), and the next insertions, which
+	// begin where this one evicted, must pass it over once.
+	e.used.Store(true)
 	e.v = mk(e.k)
 	t.ring = append(t.ring, e)
 	t.m.Store(e.k, e)
@@ -182,7 +188,11 @@ func (t *table[V]) evictLocked(now *time.Time) bool {
 			}
 			if t.idle(e.v, *now) {
 				if !used {
+					// The ring's last entry moves into the hand's place;
+					// the hand steps past it, so that an entry moved is
+					// not judged before the hand comes round again.
 					t.dropLocked(t.hand)
+					t.hand++
 					return true
 				}
 				fallback = t.hand

@@ -81,6 +81,7 @@ func TestTableEvictionRacingGet(t *testing.T) {
 // Keys own their bytes, and an eviction looks at a bounded number of
 // entries however large the table: no request waits on a pass over it.
 func TestTableBounded(t *testing.T) {
+	t.Parallel() // heavy; shares nothing with other tests
 	tb := table[*int]{max: 1000}
 	calls, most := 0, 0
 	tb.idle = func(*int, time.Time) bool { calls++; return calls%50 == 0 } // rarely idle
@@ -106,4 +107,25 @@ func mustParse(t *testing.T, raw string) *url.URL {
 	u, err := url.Parse(raw)
 	require.NoError(t, err)
 	return u
+}
+
+// An entry just inserted belongs to a request that has not yet used it (a
+// lane whose attempt is in flight): the insertions that follow must not
+// evict it before its owner gets to it, or the attempt's outcome is recorded
+// in a lane the table no longer holds and the host forgets it. Every entry
+// here is idle and none is ever got again, the worst case: each stays at
+// least until the clock hand has passed it once.
+func TestTableKeepsNewEntries(t *testing.T) {
+	const keep = 10 // insertions a new entry survives, at the least
+	tb := table[*int]{max: 1000, idle: func(*int, time.Time) bool { return true }}
+	mk := func(hostKey) *int { return new(int) }
+	key := func(i int) hostKey { return hostKey{scheme: "http", host: fmt.Sprintf("h%d.test", i)} }
+	for i := range 5000 {
+		tb.insert(key(i), mk) // as get does, before it marks the entry used
+		if i >= keep {
+			_, ok := tb.m.Load(key(i - keep))
+			require.True(t, ok, "host %d evicted within %d insertions of its own", i-keep, keep)
+		}
+	}
+	assert.Equal(t, tb.max, tb.len(), "entries held")
 }
