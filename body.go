@@ -257,6 +257,9 @@ func (b *sentBody) release(ctx context.Context) error {
 // so that its connection can be reused, then closes it. A body that stalls
 // is closed when d runs out, which ends a read blocked on it.
 func drain(body io.ReadCloser, d time.Duration) {
+	if body == http.NoBody {
+		return // nothing to read, nothing to close, no timer to set
+	}
 	if d <= 0 {
 		body.Close()
 		return
