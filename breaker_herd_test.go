@@ -110,6 +110,7 @@ func runBreakerHerd(t *testing.T, workers int, outage, stopAt time.Duration) her
 // than the retry sequence must not trip the circuit; one that lasts must
 // trip it within about twice the sequence's length (1.4 s of waiting).
 func TestBreakerDefaultsHerd(t *testing.T) {
+	t.Parallel() // heavy; shares nothing with other tests
 	const workers = 2000
 
 	t.Run("1s outage does not trip", func(t *testing.T) {

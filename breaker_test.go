@@ -412,6 +412,7 @@ func TestCircuitOpenFailsFast(t *testing.T) {
 // first lets a probe through: the first probes must spread over the jitter
 // window instead of arriving together.
 func TestBreakerHalfOpenSpread(t *testing.T) {
+	t.Parallel() // heavy; shares nothing with other tests
 	synctest.Test(t, func(t *testing.T) {
 		const (
 			hosts = 1000

@@ -478,6 +478,7 @@ func TestBudgetExhaustedReturnsAtOnce(t *testing.T) {
 }
 
 func TestBudgetConcurrent(t *testing.T) {
+	t.Parallel() // heavy; shares nothing with other tests
 	const goroutines, ops = 8, 10_000
 	const deposits = goroutines * ops
 
@@ -561,6 +562,7 @@ func TestBudgetConcurrent(t *testing.T) {
 // below zero. The window is a few instructions wide; the race detector's
 // scheduling opens it often enough to see within a second.
 func TestBudgetContendedDepositNeverNegative(t *testing.T) {
+	t.Parallel() // heavy; shares nothing with other tests
 	const goroutines, ops = 8, 200_000
 	// Ratio 2 with a cap of 1 token: every deposit overflows.
 	b := NewBudget(BudgetConfig{Ratio: 2, MinPerSecond: -1, MaxTokens: 1})
@@ -665,6 +667,7 @@ func budgetHosts(prefix string, n int) []hostKey {
 }
 
 func TestBudgetHostTable(t *testing.T) {
+	t.Parallel() // heavy; shares nothing with other tests
 	t.Run("idle hosts are swept", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			b := NewBudget(BudgetConfig{PerHost: true, MaxHosts: smallTable})

@@ -163,6 +163,7 @@ func chaosDo(ctx context.Context, client *http.Client, method, url string, body 
 // ErrCircuitOpen). That is correct, and still at most once, but this test
 // checks that every POST is received exactly once.
 func TestChaosPostWithoutKeyIsSentOnce(t *testing.T) {
+	t.Parallel() // counts, not timings: other tests may run beside it
 	const n, conc = 1000, 50
 	ctx := chaosContext(t)
 	h, srv := retryhttptest.Start(t, retryhttptest.Script{
@@ -248,6 +249,7 @@ func TestChaosPostWithoutKeyIsSentOnce(t *testing.T) {
 // longer than the breaker's 2 s span would open the circuit. This test is
 // about what is sent, not how much.
 func TestChaosPutBodiesSurviveResetsAnd503s(t *testing.T) {
+	t.Parallel() // counts, not timings: other tests may run beside it
 	const n, conc, attempts = 1000, 50, 4
 	ctx := chaosContext(t)
 	h, srv := retryhttptest.Start(t, retryhttptest.Script{
@@ -474,6 +476,7 @@ func TestChaosHugeErrorBody(t *testing.T) {
 // be the clamp, not 0. A panic in parsing would crash the test binary. The
 // wall-time bound (5 s) is a bound, not a timing claim.
 func TestChaosHostileRetryAfter(t *testing.T) {
+	t.Parallel() // counts, not timings: other tests may run beside it
 	const maxWait = 200 * time.Millisecond
 	cases := []struct {
 		name       string
@@ -670,6 +673,7 @@ func (c *chaosTally) add(status int, err error) {
 // 2 s span trips its circuit, which is correct, and would make this test
 // about timing.
 func TestChaosMixedHosts(t *testing.T) {
+	t.Parallel() // counts, not timings: other tests may run beside it
 	const n = 2000
 	const conc = 128 // connections per host; the requests are all concurrent
 	variants := []struct {

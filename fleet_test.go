@@ -133,6 +133,7 @@ func (brokenNetwork) RoundTrip(req *http.Request) (*http.Response, error) { retu
 // Eight processes sharing what they learn waste about what one process
 // carrying all the traffic wastes; eight that share nothing waste more.
 func TestFleetSharesWhatItLearns(t *testing.T) {
+	t.Parallel() // heavy; shares nothing with other tests
 	base := fleetRun{rate: 200, sendFor: 30 * time.Second, outage: 20 * time.Second, bad: -1}
 	one, shared, isolated := base, base, base
 	one.transports = 1

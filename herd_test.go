@@ -15,6 +15,7 @@ import (
 // the default budget and breaker, the endpoint must receive at most a tenth
 // of the retries it receives with both turned off.
 func TestHerdBudgetAndBreaker(t *testing.T) {
+	t.Parallel() // heavy; shares nothing with other tests
 	run := func(name string, opts ...retryhttp.Option) herdsim.Result {
 		var r herdsim.Result
 		synctest.Test(t, func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 // the requests that waited are delivered after the hold, spread over the
 // Retry-After spread rather than in one 100 ms slice.
 func TestHoldObeysRetryAfter(t *testing.T) {
+	t.Parallel() // heavy; shares nothing with other tests
 	synctest.Test(t, func(t *testing.T) {
 		const (
 			rate     = 200 // requests/s

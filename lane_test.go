@@ -116,6 +116,7 @@ func bkLanes(b *Breaker) int { return b.lanes.len() }
 // TestLaneSweep checks how lanes leave a breaker's table: idle lanes are
 // swept as new hosts arrive, lanes that hold something are kept.
 func TestLaneSweep(t *testing.T) {
+	t.Parallel() // heavy; shares nothing with other tests
 	hostURL := func(i int) string { return "http://h" + strconv.Itoa(i) + ".test/" }
 
 	t.Run("idle lanes of healthy hosts leave", func(t *testing.T) {

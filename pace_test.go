@@ -80,6 +80,7 @@ func throttledBatch(t *testing.T, n int, opts ...Option) (done time.Duration, de
 // adaptive rate, every request is delivered within 1.25x the ideal 20 s,
 // with few 429s; without it, many more.
 func TestPaceThrottledBatch(t *testing.T) {
+	t.Parallel() // heavy; shares nothing with other tests
 	const n = 2_000
 	var adaptive, plain struct {
 		done      time.Duration
@@ -156,6 +157,7 @@ func TestPaceConcurrencyLimit(t *testing.T) {
 // without the slow host when the per-key limit refuses at once; without
 // the limit the slow host takes the pool.
 func TestPaceSlowTenant(t *testing.T) {
+	t.Parallel() // heavy; shares nothing with other tests
 	run := func(slowHost bool, opts ...Option) time.Duration {
 		var p99 time.Duration
 		synctest.Test(t, func(t *testing.T) {

@@ -371,6 +371,7 @@ const policyHelperEnv = "RETRYHTTP_TEST_POLICY_DRAWS"
 // different delays. Two transports in one process (above) would differ even
 // with a fixed seed, because they share one advancing generator.
 func TestPolicySeedPerProcess(t *testing.T) {
+	t.Parallel() // heavy; shares nothing with other tests
 	if os.Getenv(policyHelperEnv) != "" {
 		return // the child side runs in TestPolicyHelperProcess
 	}

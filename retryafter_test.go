@@ -140,6 +140,7 @@ func TestRetryAfterDelay(t *testing.T) {
 // TestRetryAfterDelaySpread checks that a spread S puts the wait uniformly
 // in [d, d+S), above the server's value and never below it.
 func TestRetryAfterDelaySpread(t *testing.T) {
+	t.Parallel() // heavy; shares nothing with other tests
 	cases := []struct {
 		name    string
 		v       string
@@ -184,6 +185,7 @@ func TestRetryAfterDelaySpread(t *testing.T) {
 // negative, never above maxWait+spread, zero when unusable, and clamped
 // exactly when the server asked for more than maxWait.
 func TestRetryAfterDelayBounds(t *testing.T) {
+	t.Parallel() // heavy; shares nothing with other tests
 	maxWaits := []time.Duration{0, time.Second, 30 * time.Second, time.Hour}
 	spreads := []time.Duration{0, 1, 200 * time.Millisecond, time.Second}
 	for _, c := range retryAfterValues {

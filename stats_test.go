@@ -197,6 +197,7 @@ func fullJitterBound(n int) time.Duration {
 // (200 ms, 400 ms, 800 ms, 1.6 s), with no spike at zero or at the bound,
 // and nothing above it.
 func TestStatsDelayHistogramFullJitter(t *testing.T) {
+	t.Parallel() // heavy; shares nothing with other tests
 	const requests, attempts = 2500, 5
 	synctest.Test(t, func(t *testing.T) {
 		next := newHookFake(map[string][]hookStep{"/": {{status: 503}}})
