@@ -46,13 +46,46 @@ func keyOf(u *url.URL) hostKey {
 	return hostKey{scheme: u.Scheme, host: h}
 }
 
+// hasUpper reports whether s holds a byte in 'A'..'Z'. It looks at eight
+// bytes at a time: every request's key is computed from its host, so this
+// is on the success path.
 func hasUpper(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if 'A' <= s[i] && s[i] <= 'Z' {
+	if len(s) < 8 {
+		for i := 0; i < len(s); i++ {
+			if 'A' <= s[i] && s[i] <= 'Z' {
+				return true
+			}
+		}
+		return false
+	}
+	for i := 0; i+8 < len(s); i += 8 {
+		if upperIn(word(s[i:])) {
 			return true
 		}
 	}
-	return false
+	return upperIn(word(s[len(s)-8:])) // the last eight, overlapping or not
+}
+
+// word returns the first eight bytes of s as one little-endian word.
+func word(s string) uint64 {
+	_ = s[7]
+	return uint64(s[0]) | uint64(s[1])<<8 | uint64(s[2])<<16 | uint64(s[3])<<24 |
+		uint64(s[4])<<32 | uint64(s[5])<<40 | uint64(s[6])<<48 | uint64(s[7])<<56
+}
+
+// upperIn reports whether one of x's bytes is in 'A'..'Z': the test for a
+// byte strictly between two values from Sean Eron Anderson's "Bit
+// Twiddling Hacks" (https://graphics.stanford.edu/~seander/bithacks.html),
+// exact for any byte, with 'A'-1 and 'Z'+1 as the bounds.
+func upperIn(x uint64) bool {
+	const (
+		ones  = 0x0101010101010101
+		highs = ones * 0x80
+		low7  = ones * 0x7f
+		lo    = 'A' - 1
+		hi    = 'Z' + 1
+	)
+	return (ones*(127+hi)-(x&low7))&^x&((x&low7)+ones*(127-lo))&highs != 0
 }
 
 // clone returns k with its own copy of its bytes: a key kept in a table
@@ -107,14 +140,39 @@ type entry[V any] struct {
 	used atomic.Bool // got since the clock hand last passed
 }
 
-const cacheSlots = 64
+const (
+	cacheBits  = 6
+	cacheSlots = 1 << cacheBits
+)
 
-// cacheSeed hashes hosts to cache slots; any seed will do.
-var cacheSeed = maphash.MakeSeed()
+// cacheSeed varies the slots hosts take from one process to the next.
+var cacheSeed = maphash.Comparable(maphash.MakeSeed(), 0) | 1
+
+// cacheSlot returns the cache slot of host. It mixes eight bytes at a time,
+// each word by a multiply (the golden ratio's, as in Fibonacci hashing),
+// and takes the top bits: enough to spread hosts over 64 slots, for a
+// fraction of a general string hash's cost on the success path. Hosts that
+// share a slot only miss the cache.
+func cacheSlot(host string) uint64 {
+	const golden = 0x9e3779b97f4a7c15
+	h := cacheSeed ^ uint64(len(host))
+	if len(host) < 8 {
+		for i := 0; i < len(host); i++ {
+			h = (h ^ uint64(host[i])) * golden
+		}
+	} else {
+		for i := 0; i+8 < len(host); i += 8 {
+			h = (h ^ word(host[i:])) * golden
+			h ^= h >> 32
+		}
+		h = (h ^ word(host[len(host)-8:])) * golden
+	}
+	return h >> (64 - cacheBits)
+}
 
 // get returns the entry for k, creating it with mk if absent.
 func (t *table[V]) get(k hostKey, mk func(hostKey) V) V {
-	slot := &t.cache[maphash.String(cacheSeed, k.host)%cacheSlots]
+	slot := &t.cache[cacheSlot(k.host)]
 	if e := slot.Load(); e != nil && e.k == k {
 		e.markUsed()
 		return e.v
@@ -216,7 +274,7 @@ func (t *table[V]) dropLocked(i int) {
 	last := len(t.ring) - 1
 	t.ring[i], t.ring[last] = t.ring[last], nil
 	t.ring = t.ring[:last]
-	t.cache[maphash.String(cacheSeed, e.k.host)%cacheSlots].CompareAndSwap(e, nil)
+	t.cache[cacheSlot(e.k.host)].CompareAndSwap(e, nil)
 }
 
 // peek returns the entry for k, or the zero V; it creates none.

@@ -3,6 +3,7 @@ package retryhttp
 import (
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -128,4 +129,45 @@ func TestTableKeepsNewEntries(t *testing.T) {
 		}
 	}
 	assert.Equal(t, tb.max, tb.len(), "entries held")
+}
+
+// hasUpper reads eight bytes at a time; it must answer as a byte-by-byte
+// loop does, for every byte value at every position and for hosts of every
+// length around a word's.
+func TestHasUpper(t *testing.T) {
+	naive := func(s string) bool {
+		for i := 0; i < len(s); i++ {
+			if 'A' <= s[i] && s[i] <= 'Z' {
+				return true
+			}
+		}
+		return false
+	}
+	const base = "abcdefghijklmnopqrstuvw"
+	for n := range len(base) + 1 {
+		require.False(t, hasUpper(base[:n]), "%q", base[:n])
+		for pos := range n {
+			for c := range 256 {
+				b := []byte(base[:n])
+				b[pos] = byte(c)
+				require.Equal(t, naive(string(b)), hasUpper(string(b)), "%q", b)
+			}
+		}
+	}
+}
+
+// Hosts that differ in a few bytes anywhere (tenants numbered in the middle
+// of a name, short and long) spread over the cache's slots: none holds more
+// than twice its share, none is left empty.
+func TestCacheSlotSpread(t *testing.T) {
+	for _, pattern := range []string{"h%d.test", "tenant-%d.hooks.example.com", "%d.example.test:8443", "api.example.test/%d"} {
+		const n = 100 * cacheSlots
+		var counts [cacheSlots]int
+		for i := range n {
+			counts[cacheSlot(fmt.Sprintf(pattern, i))]++
+		}
+		most, least := slices.Max(counts[:]), slices.Min(counts[:])
+		assert.LessOrEqual(t, most, 2*n/cacheSlots, "%s: fullest slot", pattern)
+		assert.Positive(t, least, "%s: emptiest slot", pattern)
+	}
 }
