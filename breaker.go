@@ -99,6 +99,17 @@ type Breaker struct {
 	cfg      BreakerConfig
 	circuits bool // false: the lanes only keep policy memory, and never open
 	lanes    table[*lane]
+	// flagged: some lane has been held or paced. Until then a transport
+	// that needs lanes for nothing else skips the lookup on its success
+	// path.
+	flagged atomic.Bool
+}
+
+// flag notes that a lane is held or paced.
+func (b *Breaker) flag() {
+	if !b.flagged.Load() {
+		b.flagged.Store(true)
+	}
 }
 
 // NewBreaker returns a Breaker configured by c, with defaults for zero

@@ -439,3 +439,31 @@ func TestHoldRetryAtEdges(t *testing.T) {
 		assert.Equal(t, time.Now(), at, "a key the budget has not seen has its floor")
 	})
 }
+
+// Without a breaker, a key's lane is looked up only once some key has been
+// held or paced: the first long Retry-After still holds the key, and the
+// next request, which must now look its lane up, waits for the hold rather
+// than reaching the server.
+func TestHoldWithoutBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		next := newNext(reply{status: http.StatusTooManyRequests, header: http.Header{"Retry-After": {"30"}}}, reply{status: http.StatusOK})
+		tr := New(next, WithBreaker(nil), WithBudget(nil), WithMaxAttempts(1))
+		require.False(t, tr.lanes.flagged.Load(), "no key held or paced yet")
+		resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+		require.NoError(t, err)
+		readBody(t, resp)
+		require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err = tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
+		require.ErrorIs(t, err, ErrHeld, "a request whose deadline ends within the hold")
+		start := time.Now()
+		resp, err = tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+		require.NoError(t, err)
+		readBody(t, resp)
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		assert.GreaterOrEqual(t, time.Since(start), 29*time.Second, "sent after the hold")
+		assert.Equal(t, 2, next.calls(), "attempts that reached the server")
+	})
+}

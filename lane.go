@@ -351,6 +351,7 @@ func (l *lane) hold(until time.Time) transition {
 	}
 	l.holdUntil = until
 	l.word.Store(w | heldBit)
+	l.b.flag()
 	return transition{from: from, to: StateHeld, until: until}
 }
 
@@ -374,6 +375,7 @@ func (l *lane) throttle(now time.Time, gen uint64) {
 			p = newPacer(now)
 			l.pace.Store(p)
 			l.word.Store(l.word.Load() | pacedBit)
+			l.b.flag()
 		}
 		l.mu.Unlock()
 	}

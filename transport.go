@@ -122,12 +122,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			r.s = pr.settings(&t.s)
 		}
 	}
-	r.key = t.requestKey(req)
 	if t.budget != nil {
-		t.budget.deposit(r.key)
+		t.budget.deposit(r.keyOf())
 	}
-	if t.breaker != nil || r.s.stateful || r.s.maxInFlight > 0 || len(r.s.throttleOn) > 0 {
-		r.lane = t.lanes.lane(r.key)
+	if t.breaker != nil || r.s.stateful || r.s.maxInFlight > 0 || len(r.s.throttleOn) > 0 && t.lanes.flagged.Load() {
+		// Without a breaker, the adaptive rate needs the key's lane only
+		// once some key has been held or paced; recordRetryable looks it
+		// up for the first.
+		r.lane = t.lanes.lane(r.keyOf())
 	}
 	defer r.unwind()
 	r.queued = r.replayable() // what the first attempt sends
@@ -208,7 +210,8 @@ type retrier struct {
 	hooks    hookSet
 	attempts int
 	prev     time.Duration // the previous delay, for a policy without a lane
-	key      hostKey
+	key      hostKey       // the request's key, once keyOf has computed it
+	keyed    bool
 	lane     *lane  // the host's circuit and memory; nil when neither is needed
 	ticket   ticket // the latest attempt's admission by the circuit
 	// What the request holds and must release however it ends (see
@@ -229,6 +232,15 @@ type retrier struct {
 	// unreplayable: the body cannot be sent again (no GetBody and not
 	// buffered, or larger than the buffer).
 	unreplayable bool
+}
+
+// keyOf returns the request's key, computing it on first use: a request
+// that needs no budget and no lane never needs it unless it fails.
+func (r *retrier) keyOf() hostKey {
+	if !r.keyed {
+		r.key, r.keyed = r.t.requestKey(r.req), true
+	}
+	return r.key
 }
 
 // record tells the host what the latest attempt's outcome says about it,
@@ -259,6 +271,10 @@ func (r *retrier) record(v verdict, resp *http.Response) serverWait {
 func (r *retrier) recordRetryable(resp *http.Response) serverWait {
 	now := time.Now()
 	w := parseServerWait(resp.Header, now, r.s.maxRetryAfter)
+	if r.lane == nil && len(r.s.throttleOn) > 0 {
+		// The key's first hold or throttle, without a breaker.
+		r.lane = r.t.lanes.lane(r.keyOf())
+	}
 	if w.seen {
 		r.t.stats.raSeen.Add(1)
 	}
@@ -320,7 +336,7 @@ func (r *retrier) decide(v verdict, wait serverWait) (time.Time, Reason) {
 	if reason := r.nextRequest(); reason != ReasonNone {
 		return time.Time{}, reason
 	}
-	if t.budget != nil && !t.budget.withdraw(r.key) {
+	if t.budget != nil && !t.budget.withdraw(r.keyOf()) {
 		// Last, so that a retry that is not made costs no token; and before
 		// the sleep, which would wait for an attempt that will not be made.
 		t.stats.budgetDenied.Add(1)
@@ -369,7 +385,7 @@ func (r *retrier) finish(resp *http.Response, attemptErr error, reason Reason, c
 	r.t.stats.giveUps[reason].Add(1)
 	info := GiveUpInfo{Request: r.req, Attempts: r.attempts, Reason: reason}
 	if resp == nil && (reason == ReasonCircuitOpen || reason == ReasonHeld) && r.t.localOpen && r.lane != nil {
-		resp = localOpenResponse(r.req, r.key, r.lane.probeAt(), r.s.retryAfterSpread, reason)
+		resp = localOpenResponse(r.req, r.keyOf(), r.lane.probeAt(), r.s.retryAfterSpread, reason)
 		r.resp = resp
 		info.Local = true
 		r.t.stats.localResponses.Add(1)
@@ -403,7 +419,8 @@ func (r *retrier) wrap(attemptErr error, reason Reason, cause error) error {
 	case cause != nil && !errors.Is(err, cause):
 		err = fmt.Errorf("%w after %w", cause, err)
 	}
-	e := &Error{Method: r.req.Method, Host: host(r.req), Key: r.key.String(), Attempts: r.attempts, Reason: reason, Err: err, key: r.key}
+	k := r.keyOf()
+	e := &Error{Method: r.req.Method, Host: host(r.req), Key: k.String(), Attempts: r.attempts, Reason: reason, Err: err, key: k}
 	if (reason == ReasonCircuitOpen || reason == ReasonHeld) && r.lane != nil {
 		e.Until = r.lane.probeAt()
 	}
@@ -419,7 +436,7 @@ func (r *retrier) report(tr transition) {
 		}
 		return
 	}
-	info := CircuitChangeInfo{Key: r.key.String(), From: tr.from, To: tr.to, Until: tr.until}
+	info := CircuitChangeInfo{Key: r.keyOf().String(), From: tr.from, To: tr.to, Until: tr.until}
 	if r.hooks.any() {
 		fire(r.hooks, (*Hooks).circuitChange, info)
 	}
@@ -534,7 +551,7 @@ func (r *retrier) sleep(ctx context.Context, d time.Duration) error {
 	}
 	err := sleep(ctx, d, r.lane.sleepStart())
 	r.lane.sleepEnd()
-	r.lane = r.t.lanes.lane(r.key)
+	r.lane = r.t.lanes.lane(r.keyOf())
 	return err
 }
 
