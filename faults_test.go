@@ -478,8 +478,9 @@ func TestFaultsStress(t *testing.T) {
 					done.Add(1)
 					// A caller's pause between requests; without it, a
 					// request refused at once by an open circuit would spin
-					// the loop without letting virtual time pass.
-					time.Sleep(time.Duration(200+rand.IntN(200)) * time.Millisecond)
+					// the loop without letting virtual time pass. About 30,000
+					// requests in all.
+					time.Sleep(time.Duration(400+rand.IntN(400)) * time.Millisecond)
 				}
 			})
 		}
