@@ -75,13 +75,13 @@ func throttledBatch(t *testing.T, n int, opts ...Option) (done time.Duration, de
 	return time.Duration(last.Load()), int(got.Load()), server
 }
 
-// A batch to an API that admits a twentieth of it per second (2,000 at
-// 100/s, burst 10; internal/herdsim runs 10,000 at 500/s): with the
+// A batch to an API that admits a twentieth of it per second (500 at
+// 25/s, burst 2; internal/herdsim runs 10,000 at 500/s): with the
 // adaptive rate, every request is delivered within 1.25x the ideal 20 s,
 // with few 429s; without it, many more.
 func TestPaceThrottledBatch(t *testing.T) {
 	t.Parallel() // heavy; shares nothing with other tests
-	const n = 2_000
+	const n = 500
 	var adaptive, plain struct {
 		done      time.Duration
 		delivered int
