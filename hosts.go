@@ -118,9 +118,10 @@ const clockSteps = 32
 // entries, clears marks until it finds an idle entry not used since the hand
 // last passed, or else takes the first idle one it passed. So an entry is
 // dropped unused only after the hand has passed it once: a request whose
-// attempt is in flight keeps its fresh entry while the table fills. When none of those entries is idle (each holds
-// an open circuit or a request in flight) the table grows past max, and
-// later insertions evict two entries each until it is back within bounds.
+// attempt is in flight keeps its fresh entry while the table fills. When
+// none of those entries is idle (each holds an open circuit or a request in
+// flight) the table grows past max, and later insertions evict two entries
+// each until it is back within bounds.
 type table[V any] struct {
 	cache [cacheSlots]atomic.Pointer[entry[V]]
 	m     sync.Map // hostKey -> *entry[V]
