@@ -207,12 +207,7 @@ func TestFleetSuccessPathAllocs(t *testing.T) {
 	tr := New(newOKNext(), WithFleet(NewFleet(newMemStore(0), FleetConfig{})))
 	req, err := http.NewRequest(http.MethodGet, "http://example.test/x", nil)
 	require.NoError(t, err)
-	allocs := testing.AllocsPerRun(1000, func() {
-		resp, err := tr.RoundTrip(req)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatal(resp, err)
-		}
-	})
+	allocs := successAllocs(t, tr, req)
 	assert.Zero(t, allocs)
 }
 

@@ -237,18 +237,9 @@ func TestHoldRetryAt(t *testing.T) {
 			for i := range 200 {
 				wg.Go(func() {
 					time.Sleep(time.Duration(i) * 50 * time.Millisecond)
-					for try := 0; try < 50; try++ {
-						resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
-						if err == nil && resp.StatusCode == http.StatusOK {
-							resp.Body.Close()
-							delivered.Add(1)
-							return
-						}
-						at, _ := tr.RetryAt(resp, err)
-						if resp != nil {
-							resp.Body.Close()
-						}
-						time.Sleep(max(time.Until(at), 100*time.Millisecond))
+					sends := 0
+					if redrive(t.Context(), tr, func() bool { sends++; return sends <= 50 }) {
+						delivered.Add(1)
 					}
 				})
 			}
@@ -261,6 +252,26 @@ func TestHoldRetryAt(t *testing.T) {
 			}
 		})
 	})
+}
+
+// redrive sends a GET through tr as a dispatcher does, until it is answered
+// 200 or more reports false: after each failure it waits for the instant
+// RetryAt advises (at least 100 ms, for a zero instant). It reports whether
+// the GET was delivered.
+func redrive(ctx context.Context, tr *Transport, more func() bool) bool {
+	for more() {
+		resp, err := tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
+		if err == nil && resp.StatusCode == http.StatusOK {
+			resp.Body.Close()
+			return true
+		}
+		at, _ := tr.RetryAt(resp, err)
+		if resp != nil {
+			resp.Body.Close()
+		}
+		time.Sleep(max(time.Until(at), 100*time.Millisecond))
+	}
+	return false
 }
 
 // heldAfter adds Retry-After: 10 to the 503s answered from its instant on.

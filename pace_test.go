@@ -55,19 +55,9 @@ func throttledBatch(t *testing.T, n int, opts ...Option) (done time.Duration, de
 	var last atomic.Int64
 	for range n {
 		wg.Go(func() {
-			for time.Since(start) < 60*time.Second {
-				resp, err := tr.RoundTrip(newReq(context.Background(), http.MethodGet, nil))
-				if err == nil && resp.StatusCode == http.StatusOK {
-					resp.Body.Close()
-					got.Add(1)
-					last.Store(int64(time.Since(start)))
-					return
-				}
-				at, _ := tr.RetryAt(resp, err)
-				if resp != nil {
-					resp.Body.Close()
-				}
-				time.Sleep(max(time.Until(at), 100*time.Millisecond))
+			if redrive(context.Background(), tr, func() bool { return time.Since(start) < 60*time.Second }) {
+				got.Add(1)
+				last.Store(int64(time.Since(start)))
 			}
 		})
 	}

@@ -194,12 +194,7 @@ func TestRequestNoOptionsAllocs(t *testing.T) {
 	} {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://example.test/", nil)
 		require.NoError(t, err)
-		allocs := testing.AllocsPerRun(1000, func() {
-			resp, err := tr.RoundTrip(req)
-			if err != nil || resp.StatusCode != 200 {
-				t.Fatal(resp, err)
-			}
-		})
+		allocs := successAllocs(t, tr, req)
 		want := 0.0
 		if name == "with options" {
 			want = 1 // the request's copy of the settings

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -138,5 +139,36 @@ func signs(header string) func(*testing.T, []Request) {
 func sdkRequestPerTry(t *testing.T, reqs []Request) {
 	for i, r := range reqs {
 		assert.Regexp(t, fmt.Sprintf(`^attempt=%d; max=\d+$`, i+1), r.SDKRequest, "request %d", r.N)
+	}
+}
+
+// awsCircuitRows are the open-circuit rows of every AWS client. With the
+// local 503 the SDK gets its typed 503 and waits what X-Amz-Retry-After
+// says (clamped to [backoff, backoff+5 s]) before its next try, which finds
+// the circuit half-open and reaches the server. Without it the SDK sees a
+// transport error and retries after its own backoff, refused each time.
+// ok is the service's answer once the server is back, call the operation,
+// sdkTries the client's default number of attempts.
+func awsCircuitRows(ok Reply, call func(context.Context, env) error, sdkTries int) []row {
+	one := retryhttp.WithMaxAttempts(1)
+	return []row{
+		{
+			name: "k local 503, circuit open: SDK off", tries: 1,
+			opts: opts(one, retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
+			prep: tripHost, script: withTrip(Always(ok)), call: call,
+			status: 503, typed: awsLocalTyped, unsent: true, inspect: inspects(triesN(1), awsAPICode),
+		},
+		{
+			name: "k local 503, circuit open 1 s: SDK defaults, server back",
+			opts: opts(one, retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
+			prep: tripHost, script: withTrip(Always(ok)), call: call,
+			status: 503, typed: orLocal(awsLocalTyped), inspect: inspects(servedOrRefused, backsOff("X-Amz-Retry-After", time.Millisecond, 5*time.Second)),
+		},
+		{
+			name: "k no local 503, circuit open: SDK defaults",
+			opts: opts(one, retryhttp.WithBreaker(quickBreaker(longOpen))),
+			prep: tripHost, script: withTrip(Always(ok)), call: call,
+			circuitErr: true, unsent: true, inspect: triesAll(sdkTries, time.Second),
+		},
 	}
 }

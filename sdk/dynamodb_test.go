@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -91,7 +90,7 @@ func TestDynamoDB(t *testing.T) {
 	one := retryhttp.WithMaxAttempts(1)
 	idem := retryhttp.WithIdempotentIf(dynamoReads)
 	buffer := retryhttp.WithBodyBuffer(1 << 20)
-	runSDK(t, sdkCase{name: "dynamodb", typed: dynamoTyped, rows: []row{
+	runSDK(t, sdkCase{name: "dynamodb", typed: dynamoTyped, rows: append([]row{
 		{
 			// A POST without Idempotency-Key: retryhttp sends each SDK try
 			// once, and the SDK's 4 tries are all there is.
@@ -185,25 +184,5 @@ func TestDynamoDB(t *testing.T) {
 			ctx:    perRequest(retryhttp.WithIdempotentIf(never)),
 			script: Always(dynamo503), call: dynamoGetItem, status: 503, want: 1,
 		},
-
-		// An open circuit, as for S3.
-		{
-			name: "k local 503, circuit open: SDK off", tries: 1,
-			opts: opts(one, retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
-			prep: tripHost, script: withTrip(Always(dynamoItem)), call: dynamoGetItem,
-			status: 503, typed: awsLocalTyped, unsent: true, inspect: inspects(triesN(1), awsAPICode),
-		},
-		{
-			name: "k local 503, circuit open 1 s: SDK defaults, server back",
-			opts: opts(one, retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
-			prep: tripHost, script: withTrip(Always(dynamoItem)), call: dynamoGetItem,
-			status: 503, typed: orLocal(awsLocalTyped), inspect: inspects(servedOrRefused, backsOff("X-Amz-Retry-After", time.Millisecond, 5*time.Second)),
-		},
-		{
-			name: "k no local 503, circuit open: SDK defaults",
-			opts: opts(one, retryhttp.WithBreaker(quickBreaker(longOpen))),
-			prep: tripHost, script: withTrip(Always(dynamoItem)), call: dynamoGetItem,
-			circuitErr: true, unsent: true, inspect: triesAll(4, time.Second),
-		},
-	}})
+	}, awsCircuitRows(dynamoItem, dynamoGetItem, 4)...)})
 }

@@ -105,7 +105,7 @@ func s3Typed(err error, status int) error { return awsTyped(err, status, "Servic
 func TestS3(t *testing.T) {
 	one := retryhttp.WithMaxAttempts(1)
 	buffer := retryhttp.WithBodyBuffer(1 << 20)
-	runSDK(t, sdkCase{name: "s3", typed: s3Typed, rows: []row{
+	runSDK(t, sdkCase{name: "s3", typed: s3Typed, rows: append([]row{
 		{
 			name: "a defaults, real delays (GET)", real: true,
 			script: Always(s3503), call: s3GetObject, status: 503, mayTrip: true,
@@ -218,30 +218,5 @@ func TestS3(t *testing.T) {
 			prep: tripWith("", 20, s3GetFrom("bad")), script: twoBuckets, call: s3GetFrom("good"),
 			circuitErr: true, unsent: true, inspect: triesAll(3, time.Second),
 		},
-
-		// An open circuit. With the local 503 the SDK gets its typed 503
-		// and waits what X-Amz-Retry-After says (clamped to [backoff,
-		// backoff+5 s]) before its next try, which finds the circuit
-		// half-open and reaches the server. Without it the SDK sees a
-		// transport error and retries after its own backoff (< 50 ms,
-		// then < 100 ms), refused each time.
-		{
-			name: "k local 503, circuit open: SDK off", tries: 1,
-			opts: opts(one, retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
-			prep: tripHost, script: withTrip(Always(s3Get)), call: s3GetObject,
-			status: 503, typed: awsLocalTyped, unsent: true, inspect: inspects(triesN(1), awsAPICode),
-		},
-		{
-			name: "k local 503, circuit open 1 s: SDK defaults, server back",
-			opts: opts(one, retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
-			prep: tripHost, script: withTrip(Always(s3Get)), call: s3GetObject,
-			status: 503, typed: orLocal(awsLocalTyped), inspect: inspects(servedOrRefused, backsOff("X-Amz-Retry-After", time.Millisecond, 5*time.Second)),
-		},
-		{
-			name: "k no local 503, circuit open: SDK defaults",
-			opts: opts(one, retryhttp.WithBreaker(quickBreaker(longOpen))),
-			prep: tripHost, script: withTrip(Always(s3Get)), call: s3GetObject,
-			circuitErr: true, unsent: true, inspect: triesAll(3, time.Second),
-		},
-	}})
+	}, awsCircuitRows(s3Get, s3GetObject, 3)...)})
 }

@@ -52,16 +52,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "herdpeers: no scenario %q\n", scenario)
 		os.Exit(2)
 	}
-	if peers != "" {
-		for _, k := range strings.Split(peers, ",") {
-			p, ok := bench.PeerByKey(strings.TrimSpace(k))
-			if !ok {
-				fmt.Fprintf(os.Stderr, "herdpeers: no peer %q\n", k)
-				os.Exit(2)
-			}
-			c.Peers = append(c.Peers, p)
-		}
-	}
+	c.Peers = append(c.Peers, pick(peers, "peer", bench.PeerByKey)...)
 
 	start := time.Now()
 	rows := bench.RunHerd(c)
@@ -89,16 +80,7 @@ func throttled(c bench.ThrottledConfig, peers string) {
 			c.Rounds = f.Value.(flag.Getter).Get().(int)
 		}
 	})
-	if peers != "" {
-		for _, k := range strings.Split(peers, ",") {
-			p, ok := bench.ThrottledClientByKey(strings.TrimSpace(k))
-			if !ok {
-				fmt.Fprintf(os.Stderr, "herdpeers: no throttled client %q\n", k)
-				os.Exit(2)
-			}
-			c.Clients = append(c.Clients, p)
-		}
-	}
+	c.Clients = append(c.Clients, pick(peers, "throttled client", bench.ThrottledClientByKey)...)
 	start := time.Now()
 	runs := bench.RunThrottled(c)
 	ms := bench.Medians(c, runs)
@@ -111,4 +93,22 @@ func throttled(c bench.ThrottledConfig, peers string) {
 		}
 	}
 	fmt.Printf("\nin %v\n", time.Since(start).Round(time.Millisecond))
+}
+
+// pick looks up each key of the comma-separated list; an unknown key ends
+// the program with a message naming it as what.
+func pick[T any](list, what string, byKey func(string) (T, bool)) []T {
+	if list == "" {
+		return nil
+	}
+	var out []T
+	for _, k := range strings.Split(list, ",") {
+		v, ok := byKey(strings.TrimSpace(k))
+		if !ok {
+			fmt.Fprintf(os.Stderr, "herdpeers: no %s %q\n", what, k)
+			os.Exit(2)
+		}
+		out = append(out, v)
+	}
+	return out
 }
