@@ -477,4 +477,29 @@ func TestHoldWithoutBreaker(t *testing.T) {
 		assert.GreaterOrEqual(t, time.Since(start), 29*time.Second, "sent after the hold")
 		assert.Equal(t, 2, next.calls(), "attempts that reached the server")
 	})
+
+	// A request already under way when the first hold comes, in its
+	// first-attempt jitter and with no lane of its own yet, is held too:
+	// its first attempt, due by 10 s, waits for the hold that a 429 at 0 s
+	// asked for until 30 s.
+	synctest.Test(t, func(t *testing.T) {
+		next := newNext(reply{status: http.StatusTooManyRequests, header: http.Header{"Retry-After": {"30"}}}, reply{status: http.StatusOK})
+		tr := New(next, WithBreaker(nil), WithBudget(nil), WithMaxAttempts(1))
+		start := time.Now()
+		done := make(chan time.Duration)
+		go func() {
+			ctx := ContextWithOptions(t.Context(), WithFirstAttemptJitter(10*time.Second))
+			resp, err := tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
+			assert.NoError(t, err)
+			readBody(t, resp)
+			done <- time.Since(start)
+		}()
+		synctest.Wait() // in its jitter
+		resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+		require.NoError(t, err)
+		readBody(t, resp)
+		require.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+		assert.GreaterOrEqual(t, <-done, 30*time.Second, "its attempt waited for the hold")
+		assert.Equal(t, 2, next.calls(), "attempts that reached the server")
+	})
 }

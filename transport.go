@@ -125,10 +125,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.budget != nil {
 		t.budget.deposit(r.keyOf())
 	}
-	if t.breaker != nil || r.s.stateful || r.s.maxInFlight > 0 || len(r.s.throttleOn) > 0 && t.lanes.flagged.Load() {
-		// Without a breaker, the adaptive rate needs the key's lane only
-		// once some key has been held or paced; recordRetryable looks it
-		// up for the first.
+	if t.breaker != nil || r.s.stateful || r.s.maxInFlight > 0 {
+		// Without these, the key's lane is needed only once some key has
+		// been held or paced: admit looks it up then, and recordRetryable
+		// for the first.
 		r.lane = t.lanes.lane(r.keyOf())
 	}
 	defer r.unwind()
@@ -450,7 +450,12 @@ func (r *retrier) report(tr transition) {
 // its Retry-After clamp; then it asks again.
 func (r *retrier) admit() error {
 	if r.lane == nil {
-		return nil
+		if len(r.s.throttleOn) == 0 || !r.t.lanes.flagged.Load() {
+			return nil
+		}
+		// A key has been held or paced, perhaps while this request
+		// waited its first-attempt jitter: it needs its key's lane.
+		r.lane = r.t.lanes.lane(r.keyOf())
 	}
 	if w := r.lane.word.Load(); w&(1<<stateBits-1) == 0 {
 		// The hot path, as lane.allow begins it: closed, not held, not
