@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -49,9 +50,11 @@ func (a Advice) String() string {
 // Many callers refused together would get the same instant, and return as
 // a herd; so each answer is spread: by up to the Retry-After spread after a
 // server's instant or a hold, where the server named the instant, and, after
-// a circuit's or the budget's instant, by a draw of the policy for a retry
-// far into its sequence (up to its cap, 30 s by default), as a retry that
-// had waited its whole sequence would be. A success,
+// a circuit's or the budget's instant, over the policy's cap (30 s by
+// default), as a retry that had waited its whole sequence would be, into
+// the part of that window where the fewest callers of the key are already
+// due: callers turned back at different times come back evenly, not piled
+// where their windows overlap. A success,
 // an answer that is not a failure, and an error nothing explains give the
 // zero time and AdviceNone: retry at once, or not at all, as the caller's
 // own policy says. An isolated key gives the zero time and AdviceCircuit:
@@ -105,7 +108,7 @@ func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Advice) 
 			// let a probe through, spread as widely as the policy's longest
 			// delay, so that the many callers an open circuit refused do not
 			// come back as one herd when it closes.
-			if c := later(now, openUntil).Add(t.spread(l)); c.After(at) {
+			if c := t.spread(l, later(now, openUntil)); c.After(at) {
 				at, why = c, AdviceCircuit
 			}
 		}
@@ -125,7 +128,7 @@ func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Advice) 
 		// Spread as widely too: the next token is one retry's, and every
 		// caller handed back by an empty budget would come for it.
 		if b, _ := t.budget.tokenAt(k, now); b.After(now) {
-			if b = b.Add(t.spread(l)); b.After(at) {
+			if b = t.spread(l, b); b.After(at) {
 				at, why = b, AdviceBudget
 			}
 		}
@@ -133,21 +136,112 @@ func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Advice) 
 	return at, why
 }
 
-// spread returns how far past the instant it advises RetryAt sends a
-// caller: a point of the window from 0 to the policy's cap (30 s by
-// default), the width over which a retry far into its sequence is drawn.
-// The callers of one key get the points of a golden-ratio sequence rather
-// than independent draws, so that however many come back, they fill the
-// window evenly instead of in random clumps; without a lane, or with a
-// Policy of the caller's own, a draw of the policy.
-func (t *Transport) spread(l *lane) time.Duration {
+// spread returns the instant, at or after base, that RetryAt sends a
+// caller back at: a point of the window from base to base plus the
+// policy's cap (30 s by default), the width over which a retry far into
+// its sequence is drawn. With a lane, the point is in the slot of the
+// window where the fewest callers of the key are already due (see
+// calendar), so that callers sent back at different times, over windows
+// that overlap, still come back evenly rather than piled where the windows
+// meet; without one, or with a Policy of the caller's own, a draw of the
+// policy.
+func (t *Transport) spread(l *lane, base time.Time) time.Time {
 	w := policyCap(t.s.policy)
 	if l == nil || w <= 0 {
-		return max(t.s.policy.Delay(64, 0), 0)
+		return base.Add(max(t.s.policy.Delay(64, 0), 0))
 	}
+	c := l.due.Load()
+	if c == nil {
+		c = newCalendar(time.Now(), w)
+		if !l.due.CompareAndSwap(nil, c) {
+			c = l.due.Load()
+		}
+	}
+	return c.place(base, w)
+}
+
+// calSlots is how many slots a calendar divides a spread window into, and
+// calRing how many it remembers: two windows, enough for a base that moves
+// forward by up to a window, as an open circuit's does. 64 slots of a 30 s
+// window are 470 ms wide: fine enough that the callers due in one slot,
+// drawn uniformly within it, arrive as evenly as a uniform spread would.
+const (
+	calSlots = 64
+	calRing  = 2 * calSlots
+)
+
+// calendar counts, for one key, the callers RetryAt has sent back per slot
+// of time, so that each new caller goes to the slot of its window where
+// the fewest are due: when windows of different bases overlap (callers
+// refused by the budget at t = 0 are spread to 30 s; those the circuit
+// refuses later, from when it may close), the later callers fill the
+// slots the earlier left empty instead of doubling the load where the
+// windows meet. Among slots equally loaded, the scan starts at the next
+// point of a golden-ratio sequence, so a window filled from empty gets its
+// callers evenly.
+//
+// A slot is named by its index from epoch; the ring keeps the latest 2
+// windows' worth, and a slot whose remembered index is not the one asked
+// for counts as empty (its callers are past, or a base far ahead overwrote
+// it: the calendar is an estimate, and only evenness depends on it). It
+// costs 1 KiB, kept with the lane, on a key whose callers RetryAt has
+// spread.
+type calendar struct {
+	epoch time.Time
+	width time.Duration // a slot's width: the window over calSlots
+	mu    sync.Mutex
+	n     uint64 // callers placed; guarded by mu
+	ring  [calRing]struct {
+		slot uint32 // index of the slot counted, from epoch, modulo 2^32
+		due  uint32 // callers sent back to it
+	} // guarded by mu
+}
+
+func newCalendar(now time.Time, w time.Duration) *calendar {
+	return &calendar{epoch: now, width: max(w/calSlots, 1)}
+}
+
+// place returns an instant in the window from base to base+w, in its
+// least-loaded slot, and counts the caller there. A window of another
+// width than the calendar's (a Breaker shared by transports with different
+// policies) gets a golden-ratio point of it, uncounted.
+func (c *calendar) place(base time.Time, w time.Duration) time.Time {
 	const golden = 0.6180339887498949
-	_, frac := math.Modf(float64(l.advised.Add(1)) * golden)
-	return time.Duration(frac * float64(w))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n++
+	_, frac := math.Modf(float64(c.n) * golden)
+	if c.width != max(w/calSlots, 1) || base.Before(c.epoch) { // RetryAt's bases are never before now
+		return base.Add(time.Duration(frac * float64(w)))
+	}
+	first := uint64(base.Sub(c.epoch) / c.width)
+	start := uint64(frac * calSlots)
+	best, least := first+start, uint32(math.MaxUint32)
+	for i := range uint64(calSlots) {
+		s := first + (start+i)%calSlots
+		e := &c.ring[s%calRing]
+		due := uint32(0)
+		if e.slot == uint32(s) {
+			due = e.due
+		}
+		if due < least {
+			best, least = s, due
+		}
+	}
+	e := &c.ring[best%calRing]
+	if e.slot != uint32(best) {
+		e.slot, e.due = uint32(best), 0
+	}
+	if e.due < math.MaxUint32 {
+		e.due++
+	}
+	// Uniformly within the slot, or within its part at or after base.
+	lo := c.epoch.Add(time.Duration(best) * c.width)
+	if lo.Before(base) {
+		lo = base
+	}
+	hi := c.epoch.Add(time.Duration(best+1) * c.width)
+	return lo.Add(uniform(0, hi.Sub(lo)))
 }
 
 // policyCap returns the longest delay of the policies this package

@@ -69,9 +69,9 @@ type lane struct {
 	// paced bit clear, for a key that never did (or recovered since).
 	pace  atomic.Pointer[pacer]
 	slots atomic.Pointer[slots] // attempts in flight, with WithConcurrencyLimit
-	// advised counts the callers RetryAt sent back to this key, to place
-	// each in the window it spreads them over.
-	advised atomic.Uint64
+	// due is where RetryAt has told callers of this key to come back (see
+	// calendar); nil until it first spreads one.
+	due atomic.Pointer[calendar]
 
 	mu        sync.Mutex
 	since     time.Time // first failure of the period; guarded by mu

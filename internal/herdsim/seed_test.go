@@ -69,6 +69,7 @@ func scenarios(maxAttempts int) []Scenario {
 		}, more...)
 	}
 	full := retryhttp.FullJitter{Base: base, Cap: maxDelay}
+	oneMs := retryhttp.WithFirstAttemptJitter(time.Millisecond)
 	return []Scenario{
 		{Name: "no backoff (immediate)", Options: alone(retryhttp.Immediate{})},
 		{Name: "plain exponential", Options: alone(retryhttp.Exponential{Base: base, Cap: maxDelay})},
@@ -89,8 +90,13 @@ func scenarios(maxAttempts int) []Scenario {
 			retryhttp.WithBudget(retryhttp.NewBudget(retryhttp.BudgetConfig{})),
 			retryhttp.WithBreaker(retryhttp.NewBreaker(retryhttp.BreakerConfig{})))},
 		{Name: "full jitter + 50ms first-attempt jitter", Options: alone(full, retryhttp.WithFirstAttemptJitter(50*time.Millisecond))},
-		{Name: "Retry-After: 5, spread 1s", RetryAfter: "5", Options: alone(full)},
-		{Name: "Retry-After: 5, no spread", RetryAfter: "5", Options: alone(full, retryhttp.WithRetryAfterSpread(0))},
+		// The Retry-After rows send their first attempts over 1 ms, as a
+		// batch leaves in practice, so that the first answer comes back,
+		// and holds the key, before the rest leave, as it would over a
+		// network. Sent at one instant, how many leave before the first
+		// answer would depend on goroutine scheduling.
+		{Name: "Retry-After: 5, spread 1s", RetryAfter: "5", Options: alone(full, oneMs)},
+		{Name: "Retry-After: 5, no spread", RetryAfter: "5", Options: alone(full, oneMs, retryhttp.WithRetryAfterSpread(0))},
 	}
 }
 
@@ -178,13 +184,14 @@ func TestSeedTable(t *testing.T) {
 	// over the policy's 30 s cap, where a new attempt would otherwise
 	// follow at once) ...
 	require.LessOrEqual(t, float64(redrive.Wasted), 0.15*float64(full.Wasted), "redrive: wasted vs full jitter's")
-	// ... and arriving at recovery no harder than full jitter does. Both
-	// peaks are the largest 100 ms bucket of thousands of spread arrivals,
-	// and vary from run to run: over 20 runs redrive's was 0.74x to 1.04x
-	// full jitter's (19 of them at most 1x), so the bound asserted is
-	// 1.15x, which a herd misses by far (spreading over one open period
-	// instead gave 2,000-2,400/s, 3x).
-	require.LessOrEqual(t, redrive.PeakRecoveryRPS, 1.15*full.PeakRecoveryRPS, "redrive: peak at recovery vs full jitter's")
+	// ... and arriving at recovery no harder than full jitter does:
+	// RetryAt places each delivery it turns back in the least crowded part
+	// of its window, so those the budget turned back at t = 0 and those the
+	// open circuit turned back later come back evenly, about 330/s, when
+	// it closes. Over 12 runs redrive's peak was 0.53x to 0.66x full
+	// jitter's; placed over each window alone, where the windows overlap,
+	// 0.74x to 1.04x.
+	require.LessOrEqual(t, redrive.PeakRecoveryRPS, full.PeakRecoveryRPS, "redrive: peak at recovery vs full jitter's")
 	spread, herd := results["Retry-After: 5, spread 1s"], results["Retry-After: 5, no spread"]
 	require.LessOrEqual(t, peak(spread), 0.25*peak(herd), "Retry-After herd: peak with the spread vs without")
 
@@ -197,7 +204,7 @@ func TestSeedTable(t *testing.T) {
 		}
 		if strings.Contains(name, "Retry-After") {
 			// A Retry-After of 5 s holds the key: the first answer stops
-			// the rest of the batch until the hold ends.
+			// the rest of the batch, sent over 1 ms, until the hold ends.
 			require.Less(t, r.FirstAtZero, deliveries/100, "%s: first attempts held", name)
 			continue
 		}
