@@ -188,7 +188,7 @@ func TestSeedTable(t *testing.T) {
 	// RetryAt places each delivery it turns back in the least crowded part
 	// of its window, so those the budget turned back at t = 0 and those the
 	// open circuit turned back later come back evenly, about 330/s, when
-	// it closes. Over 12 runs redrive's peak was 0.53x to 0.66x full
+	// it closes. Over 38 runs redrive's peak was 0.50x to 0.67x full
 	// jitter's; placed over each window alone, where the windows overlap,
 	// 0.74x to 1.04x.
 	require.LessOrEqual(t, redrive.PeakRecoveryRPS, full.PeakRecoveryRPS, "redrive: peak at recovery vs full jitter's")
