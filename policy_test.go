@@ -375,8 +375,10 @@ func TestPolicySeedPerProcess(t *testing.T) {
 	if os.Getenv(policyHelperEnv) != "" {
 		return // the child side runs in TestPolicyHelperProcess
 	}
-	// Both children run at once: under -race each takes about a second to
-	// start.
+	// Both children run at once. Under -race a process sleeps a second
+	// before it exits (GORACE atexit_sleep_ms, 1000 by default), for
+	// reports from other threads; the children have none to make, so they
+	// exit at once.
 	type child struct {
 		cmd *exec.Cmd
 		out bytes.Buffer
@@ -385,7 +387,7 @@ func TestPolicySeedPerProcess(t *testing.T) {
 	for i := range children {
 		c := &children[i]
 		c.cmd = exec.Command(os.Args[0], "-test.run=^TestPolicyHelperProcess$", "-test.count=1")
-		c.cmd.Env = append(os.Environ(), policyHelperEnv+"=1")
+		c.cmd.Env = append(os.Environ(), policyHelperEnv+"=1", "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
 		c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
 		require.NoError(t, c.cmd.Start())
 	}
