@@ -467,13 +467,13 @@ func TestChaosHugeErrorBody(t *testing.T) {
 
 // TestChaosHostileRetryAfter: a Retry-After header is honoured only
 // when usable and never beyond the clamp. Each case is a server that
-// answers 503 with the header, then 200. The clamp is 200 ms and the spread
+// answers 503 with the header, then 200. The clamp is 20 ms and the spread
 // 0, so a header that sets the delay sets it to exactly its value or the
 // clamp; the policy's delay is below 1 ms (FullJitter, Base 1 ms, first
 // retry). The RetryScheduled hook captures every drawn delay.
 //
 // If the clamp were skipped, "99999999999999999999", the year 2999 or
-// 64 KiB of nines would ask for centuries: the delay would exceed 200 ms
+// 64 KiB of nines would ask for centuries: the delay would exceed 20 ms
 // (or, beyond the test's deadline, no retry would be scheduled at all) and
 // the request would not get its 200. If a value that must fall back to the
 // policy (negative, garbage, past) were honoured, RetryAfter would be true.
@@ -482,7 +482,7 @@ func TestChaosHugeErrorBody(t *testing.T) {
 // wall-time bound (5 s) is a bound, not a timing claim.
 func TestChaosHostileRetryAfter(t *testing.T) {
 	t.Parallel() // counts, not timings: other tests may run beside it
-	const maxWait = 200 * time.Millisecond
+	const maxWait = 20 * time.Millisecond
 	cases := []struct {
 		name       string
 		values     []string
