@@ -161,7 +161,10 @@ func WithAttemptTimeout(d time.Duration) Option {
 // served; the wait ends with the request's context, and a request whose
 // deadline the queue ahead cannot fit returns at once. The default is 429
 // only: a 503 without Retry-After may be an outage, the breaker's business;
-// add it with WithAdaptiveRate(429, 503). No status turns it off. A key
+// add it with WithAdaptiveRate(429, 503). While 429 is among the statuses,
+// a 429 does not count toward tripping the key's circuit: the host is up
+// and asks for less, and a batch whose first burst is answered 429 at once
+// must not have its circuit opened. No status turns it off. A key
 // that has never been throttled costs nothing beyond the look-up of its key's
 // lane, which a transport with a breaker makes anyway.
 func WithAdaptiveRate(statuses ...int) Option {

@@ -253,7 +253,17 @@ func (r *retrier) record(v verdict, resp *http.Response) serverWait {
 		if tk := r.ticket; v.host == outcomeSuccess && !tk.probe && !tk.paced {
 			r.lane.recordSuccess() // the hot path: no transition to report
 		} else {
-			r.report(r.lane.record(tk, v.host))
+			o := v.host
+			if o == outcomeFailure && resp != nil && resp.StatusCode == http.StatusTooManyRequests && slices.Contains(r.s.throttleOn, http.StatusTooManyRequests) {
+				// "Too many": the host is up and asks for less, which the
+				// adaptive rate gives it. Counted as a failure, a batch's
+				// first burst, all answered 429 at once, would trip the
+				// circuit of a host that serves every request it admits.
+				// (A 503 added to the adaptive rate still counts: it may
+				// be an outage.)
+				o = outcomeNone
+			}
+			r.report(r.lane.record(tk, o))
 			if tk.paced && v.host == outcomeSuccess {
 				r.lane.paceSuccess(r.paceGen)
 			}

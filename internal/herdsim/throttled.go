@@ -25,6 +25,15 @@ type Throttled struct {
 	Horizon  time.Duration
 	Fallback retryhttp.Policy // nil: FullJitter{}
 	Options  []retryhttp.Option
+	// Workers, when positive, sends the batch through that many workers,
+	// each taking the next request when it has delivered its last (or
+	// given it up), as a dispatcher's pool does; 0 sends every request
+	// from a goroutine of its own.
+	Workers int
+	// Latency is how long after an attempt arrives the API answers it. With
+	// none, how many attempts are in flight before the first answer comes
+	// back depends on goroutine scheduling.
+	Latency time.Duration
 }
 
 // ThrottledResult is what the server and the batch loop saw.
@@ -39,7 +48,7 @@ type ThrottledResult struct {
 
 // RunThrottled runs s inside a synctest bubble.
 func RunThrottled(s Throttled) ThrottledResult {
-	srv := &admitter{lim: rate.NewLimiter(rate.Limit(s.Rate), s.Burst), start: time.Now()}
+	srv := &admitter{lim: rate.NewLimiter(rate.Limit(s.Rate), s.Burst), start: time.Now(), latency: s.Latency}
 	tr := retryhttp.New(srv, s.Options...)
 	fallback := s.Fallback
 	if fallback == nil {
@@ -50,33 +59,47 @@ func RunThrottled(s Throttled) ThrottledResult {
 		delivered atomic.Int64
 		last      atomic.Int64
 	)
-	for range s.Requests {
-		wg.Go(func() {
-			for n := 1; ; n++ {
-				req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://api.test/item", nil)
-				if err != nil {
-					panic(err)
-				}
-				resp, err := tr.RoundTrip(req)
-				if err == nil && resp.StatusCode == http.StatusOK {
-					resp.Body.Close()
-					delivered.Add(1)
-					last.Store(int64(time.Since(srv.start)))
-					return
-				}
-				at, _ := tr.RetryAt(resp, err)
-				if resp != nil {
-					resp.Body.Close()
-				}
-				if at.IsZero() {
-					at = time.Now().Add(fallback.Delay(n, 0))
-				}
-				if at.Sub(srv.start) > s.Horizon {
-					return
-				}
-				time.Sleep(time.Until(at))
+	// send delivers one request, sending it again at the instant RetryAt
+	// advises, until it is delivered or the horizon passes.
+	send := func() {
+		for n := 1; ; n++ {
+			req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, "http://api.test/item", nil)
+			if err != nil {
+				panic(err)
 			}
-		})
+			resp, err := tr.RoundTrip(req)
+			if err == nil && resp.StatusCode == http.StatusOK {
+				resp.Body.Close()
+				delivered.Add(1)
+				last.Store(int64(time.Since(srv.start)))
+				return
+			}
+			at, _ := tr.RetryAt(resp, err)
+			if resp != nil {
+				resp.Body.Close()
+			}
+			if at.IsZero() {
+				at = time.Now().Add(fallback.Delay(n, 0))
+			}
+			if at.Sub(srv.start) > s.Horizon {
+				return
+			}
+			time.Sleep(time.Until(at))
+		}
+	}
+	if s.Workers > 0 {
+		var next atomic.Int64
+		for range s.Workers {
+			wg.Go(func() {
+				for next.Add(1) <= int64(s.Requests) {
+					send()
+				}
+			})
+		}
+	} else {
+		for range s.Requests {
+			wg.Go(send)
+		}
 	}
 	wg.Wait()
 	srv.mu.Lock()
@@ -89,10 +112,12 @@ func RunThrottled(s Throttled) ThrottledResult {
 		Attempts: srv.attempts, Throttled: srv.throttled, PeakRPS: float64(peak) * float64(time.Second/Bucket)}
 }
 
-// admitter answers 200 within its token bucket and 429 beyond it.
+// admitter answers 200 within its token bucket and 429 beyond it, latency
+// after the attempt arrived.
 type admitter struct {
-	lim   *rate.Limiter
-	start time.Time
+	lim     *rate.Limiter
+	start   time.Time
+	latency time.Duration
 
 	mu                  sync.Mutex
 	attempts, throttled int                   // guarded by mu
@@ -101,7 +126,6 @@ type admitter struct {
 
 func (a *admitter) RoundTrip(req *http.Request) (*http.Response, error) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if a.perBucket == nil {
 		a.perBucket = map[time.Duration]int{}
 	}
@@ -112,5 +136,7 @@ func (a *admitter) RoundTrip(req *http.Request) (*http.Response, error) {
 		a.throttled++
 		status = http.StatusTooManyRequests
 	}
+	a.mu.Unlock()
+	time.Sleep(a.latency)
 	return &http.Response{StatusCode: status, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
 }
