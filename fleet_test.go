@@ -157,6 +157,7 @@ func TestFleetSharesWhatItLearns(t *testing.T) {
 
 // A 429 with Retry-After: 30 holds the key across the fleet.
 func TestFleetSharesHolds(t *testing.T) {
+	t.Parallel() // shares nothing with other tests
 	r := runFleetScenario(t, fleetRun{transports: 8, share: true, rate: 200, sendFor: 10 * time.Second,
 		outage: 30 * time.Second, status: http.StatusTooManyRequests, retryAfter: "30", bad: -1})
 	t.Logf("attempts from the fleet in the 30 s of the hold: %d", r.inHold)
@@ -165,6 +166,7 @@ func TestFleetSharesHolds(t *testing.T) {
 
 // One process whose own network fails does not open the others' circuits.
 func TestFleetOneBadInstance(t *testing.T) {
+	t.Parallel() // shares nothing with other tests
 	r := runFleetScenario(t, fleetRun{transports: 8, share: true, rate: 200, sendFor: 20 * time.Second, bad: 3})
 	assert.Zero(t, r.refused, "requests the healthy processes refused")
 	assert.Zero(t, r.failed, "the host failed nothing")

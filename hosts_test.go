@@ -120,6 +120,8 @@ func mustParse(t *testing.T, raw string) *url.URL {
 // here is idle and none is ever got again, the worst case: each stays at
 // least until the clock hand has passed it once.
 func TestTableKeepsNewEntries(t *testing.T) {
+	t.Parallel() // shares nothing with other tests
+
 	const keep = 10 // insertions a new entry survives, at the least
 	tb := table[*int]{max: 1000, idle: func(*int, time.Time) bool { return true }}
 	mk := func(hostKey) *int { return new(int) }
@@ -138,6 +140,7 @@ func TestTableKeepsNewEntries(t *testing.T) {
 // loop does, for every byte value at every position and for hosts of every
 // length around a word's.
 func TestHasUpper(t *testing.T) {
+	t.Parallel() // shares nothing with other tests
 	naive := func(s string) bool {
 		for i := 0; i < len(s); i++ {
 			if 'A' <= s[i] && s[i] <= 'Z' {

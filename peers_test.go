@@ -423,6 +423,7 @@ func TestPeerErrorHidesURLPassword(t *testing.T) {
 
 // go-retryablehttp TestClient_DefaultRetryPolicy_TLS.
 func TestPeerCertificateErrorNotRetried(t *testing.T) {
+	t.Parallel() // shares nothing with other tests
 	srv := newPeerServer(t, true, func(w http.ResponseWriter, r *http.Request, _ int) {
 		if r.URL.Path == "/fail" {
 			w.WriteHeader(503)

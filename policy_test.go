@@ -116,6 +116,7 @@ func wantDecorrelated(base, maxd, prev time.Duration) interval {
 }
 
 func TestPolicyFullJitterUniform(t *testing.T) {
+	t.Parallel() // shares nothing with other tests
 	cases := []struct {
 		name string
 		p    FullJitter
@@ -143,6 +144,7 @@ func TestPolicyFullJitterUniform(t *testing.T) {
 }
 
 func TestPolicyEqualJitterUniform(t *testing.T) {
+	t.Parallel() // shares nothing with other tests
 	cases := []struct {
 		name string
 		p    EqualJitter
@@ -165,6 +167,7 @@ func TestPolicyEqualJitterUniform(t *testing.T) {
 }
 
 func TestPolicyDecorrelatedJitterUniform(t *testing.T) {
+	t.Parallel() // shares nothing with other tests
 	p := DecorrelatedJitter{Base: 200 * time.Millisecond, Cap: 30 * time.Second}
 	cases := []struct {
 		name string
@@ -375,10 +378,7 @@ func TestPolicySeedPerProcess(t *testing.T) {
 	if os.Getenv(policyHelperEnv) != "" {
 		return // the child side runs in TestPolicyHelperProcess
 	}
-	// Both children run at once. Under -race a process sleeps a second
-	// before it exits (GORACE atexit_sleep_ms, 1000 by default), for
-	// reports from other threads; the children have none to make, so they
-	// exit at once.
+	// Both children run at once.
 	type child struct {
 		cmd *exec.Cmd
 		out bytes.Buffer
@@ -386,8 +386,7 @@ func TestPolicySeedPerProcess(t *testing.T) {
 	var children [2]child
 	for i := range children {
 		c := &children[i]
-		c.cmd = exec.Command(os.Args[0], "-test.run=^TestPolicyHelperProcess$", "-test.count=1")
-		c.cmd.Env = append(os.Environ(), policyHelperEnv+"=1", "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
+		c.cmd = childTest("TestPolicyHelperProcess", policyHelperEnv)
 		c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
 		require.NoError(t, c.cmd.Start())
 	}
@@ -405,6 +404,18 @@ func TestPolicySeedPerProcess(t *testing.T) {
 	}
 	a, b := seqs[0], seqs[1]
 	require.NotEqual(t, a, b, "two processes drew the same 20 delays: a fixed seed?")
+}
+
+// childTest returns the command that runs this test binary's test name,
+// alone, in a child process, with env set to 1 in its environment: the
+// child's side of a test that needs a process of its own. Under -race a
+// process sleeps a second before it exits (GORACE atexit_sleep_ms, 1000
+// by default), for reports from other threads; the child's reports, if
+// any, come while its test runs, so it exits at once.
+func childTest(name, env string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), env+"=1", "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
+	return cmd
 }
 
 // TestPolicyHelperProcess is the child of TestPolicySeedPerProcess; run
