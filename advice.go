@@ -152,7 +152,11 @@ func (t *Transport) spread(l *lane, base time.Time) time.Time {
 	}
 	c := l.due.Load()
 	if c == nil {
-		c = newCalendar(time.Now(), w)
+		epoch := time.Now()
+		if base.Before(epoch) {
+			epoch = base // base may be RetryAt's now, read a moment ago
+		}
+		c = newCalendar(epoch, w)
 		if !l.due.CompareAndSwap(nil, c) {
 			c = l.due.Load()
 		}
@@ -197,21 +201,22 @@ type calendar struct {
 	} // guarded by mu
 }
 
-func newCalendar(now time.Time, w time.Duration) *calendar {
-	return &calendar{epoch: now, width: max(w/calSlots, 1)}
+func newCalendar(epoch time.Time, w time.Duration) *calendar {
+	return &calendar{epoch: epoch, width: w / calSlots}
 }
 
 // place returns an instant in the window from base to base+w, in its
 // least-loaded slot, and counts the caller there. A window of another
 // width than the calendar's (a Breaker shared by transports with different
-// policies) gets a golden-ratio point of it, uncounted.
+// policies), or narrower than 64 ns, gets a golden-ratio point of it,
+// uncounted.
 func (c *calendar) place(base time.Time, w time.Duration) time.Time {
 	const golden = 0.6180339887498949
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.n++
 	_, frac := math.Modf(float64(c.n) * golden)
-	if c.width != max(w/calSlots, 1) || base.Before(c.epoch) { // RetryAt's bases are never before now
+	if w < calSlots || c.width != w/calSlots || base.Before(c.epoch) {
 		return base.Add(time.Duration(frac * float64(w)))
 	}
 	first := uint64(base.Sub(c.epoch) / c.width)
@@ -235,13 +240,16 @@ func (c *calendar) place(base time.Time, w time.Duration) time.Time {
 	if e.due < math.MaxUint32 {
 		e.due++
 	}
-	// Uniformly within the slot, or within its part at or after base.
-	lo := c.epoch.Add(time.Duration(best) * c.width)
-	if lo.Before(base) {
-		lo = base
+	// Uniformly within the slot. The window's first slot begins before
+	// base, and the part of it before base stands for the part of the next
+	// window's first slot that the window ends with: a draw there goes
+	// one window on. So every slot is a whole slot wide, and the instant
+	// falls in [base, base+w).
+	at := c.epoch.Add(time.Duration(best)*c.width + uniform(0, c.width))
+	if at.Before(base) {
+		at = at.Add(calSlots * c.width)
 	}
-	hi := c.epoch.Add(time.Duration(best+1) * c.width)
-	return lo.Add(uniform(0, hi.Sub(lo)))
+	return at
 }
 
 // policyCap returns the longest delay of the policies this package

@@ -50,6 +50,34 @@ func TestAdviceCalendarEven(t *testing.T) {
 	})
 }
 
+// A window whose base falls just before a slot's end: the slot's part
+// before base stands for the end of the window, so the few microseconds
+// left of that slot get no more callers than their share. (Drawn within
+// the part after base only, a slot's worth of callers, 100 of 6,400,
+// came back within a microsecond of base: at the instant a circuit
+// half-opens.)
+func TestAdviceCalendarBaseWithinSlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const w = 30 * time.Second
+		const n = 6400
+		start := time.Now()
+		c := newCalendar(start, w)
+		base := start.Add(w/calSlots - time.Microsecond)
+		near := 0
+		for range n {
+			at := c.place(base, w)
+			require.False(t, at.Before(base), "before its base")
+			require.True(t, at.Before(base.Add(w)), "past its window")
+			if at.Sub(base) < 10*time.Millisecond {
+				near++
+			}
+		}
+		// An even spread puts 6,400 x 10 ms / 30 s, about 2, in the first
+		// 10 ms.
+		assert.LessOrEqual(t, near, 10, "callers within 10 ms of base")
+	})
+}
+
 func sum(m map[int]int) int {
 	s := 0
 	for _, v := range m {

@@ -88,9 +88,9 @@ type BreakerConfig struct {
 }
 
 // Breaker holds one circuit per host (scheme, host, port). A circuit counts
-// retryable failures as failures (but a 429 that WithAdaptiveRate paces,
-// as it does by default: the host is up) and any other response as a
-// success; it
+// retryable failures as failures (but not a 429 while WithAdaptiveRate
+// covers 429, as it does by default: the host is up) and any other
+// response as a success; it
 // trips on failure that persists over BreakerConfig.Span, refuses requests
 // while open, then lets a few probes through. Each host's lane also keeps
 // the previous delay that DecorrelatedJitter grows from. A Breaker may be

@@ -483,8 +483,9 @@ func (l *lane) isOpen() bool {
 // request sleeps toward the key, no hold or isolation is in force, and
 // either the circuit is closed with no failure period under way (none, or
 // one older than twice the span, which the next failure would start
-// afresh), or it is open past its open time, when the next request would
-// probe a key that nobody has asked for since. A policy's previous delay
+// afresh), or it is open past its open time, or half-open with no probe
+// in flight, when the next request would probe a key that nobody has
+// asked for since. A policy's previous delay
 // does not keep a lane: a key dropped from memory starts again from Base.
 func (l *lane) idle(now time.Time) bool {
 	l.mu.Lock()
@@ -514,6 +515,11 @@ func (l *lane) idle(now time.Time) bool {
 		return !l.failing.Load() || now.Sub(l.since) > 2*l.b.cfg.Span
 	case StateOpen:
 		return !now.Before(l.openUntil)
+	case StateHalfOpen:
+		// With no probe in flight (checked above), as an open circuit
+		// past its open time is: its probe told nothing (a 429, or its
+		// caller gave up), and the next request would probe again.
+		return true
 	}
 	return false
 }

@@ -157,6 +157,46 @@ func TestLaneSweep(t *testing.T) {
 		})
 	})
 
+	// A probe answered 429 tells the circuit nothing: the host is up, and
+	// its send rate is the adaptive rate's business. The circuit stays
+	// half-open with no probe in flight, which holds nothing an open
+	// circuit past its open time would not: idle, so it leaves.
+	t.Run("a half-open circuit with no probe in flight leaves", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			c := bkConfig()
+			c.MaxHosts = smallTable
+			b := NewBreaker(c)
+			tr := bkTransport(statusFake(http.StatusTooManyRequests), b, WithMaxAttempts(1))
+			const n = 50
+			for i := range n {
+				bkTrip(t, bkLane(b, hostURL(i)))
+			}
+			time.Sleep(c.OpenFor)
+			for i := range n {
+				status, err := bkDo(t.Context(), tr, hostURL(i))
+				require.NoError(t, err)
+				require.Equal(t, http.StatusTooManyRequests, status, "the probe's answer")
+				require.Equal(t, StateHalfOpen, bkState(bkLane(b, hostURL(i))), "after a probe answered 429")
+			}
+			time.Sleep(time.Hour)
+			ok := bkTransport(statusFake(http.StatusOK), b)
+			for i := range 2 * smallTable {
+				_, err := bkDo(t.Context(), ok, "http://other"+strconv.Itoa(i)+".test/")
+				require.NoError(t, err)
+			}
+			kept := 0
+			for i := range n {
+				u, err := url.Parse(hostURL(i))
+				require.NoError(t, err)
+				if b.lanes.peek(keyOf(u)) != nil {
+					kept++
+				}
+			}
+			assert.Zero(t, kept, "half-open lanes kept after %d other hosts", 2*smallTable)
+			assert.LessOrEqual(t, bkLanes(b), smallTable, "lanes held")
+		})
+	})
+
 	// A lane whose failure period is older than twice the span holds
 	// nothing a fresh lane would not (the next failure starts afresh), so
 	// it is idle. Here 2,000 hosts fail once, with no retry (POSTs without

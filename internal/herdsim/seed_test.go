@@ -188,7 +188,7 @@ func TestSeedTable(t *testing.T) {
 	// RetryAt places each delivery it turns back in the least crowded part
 	// of its window, so those the budget turned back at t = 0 and those the
 	// open circuit turned back later come back evenly, about 330/s, when
-	// it closes. Over 38 runs redrive's peak was 0.50x to 0.67x full
+	// it closes. Over 20 runs redrive's peak was 0.52x to 0.73x full
 	// jitter's; placed over each window alone, where the windows overlap,
 	// 0.74x to 1.04x.
 	require.LessOrEqual(t, redrive.PeakRecoveryRPS, full.PeakRecoveryRPS, "redrive: peak at recovery vs full jitter's")
@@ -205,7 +205,11 @@ func TestSeedTable(t *testing.T) {
 		if strings.Contains(name, "Retry-After") {
 			// A Retry-After of 5 s holds the key: the first answer stops
 			// the rest of the batch, sent over 1 ms, until the hold ends.
-			require.Less(t, r.FirstAtZero, deliveries/100, "%s: first attempts held", name)
+			inHold := 0
+			for _, a := range r.PerBucket[:min(len(r.PerBucket), int(5*time.Second/Bucket))] {
+				inHold += a
+			}
+			require.Less(t, inHold, deliveries/100, "%s: attempts within the hold", name)
 			continue
 		}
 		require.Equal(t, deliveries, r.FirstAtZero, "%s: first attempts at t = 0", name)
