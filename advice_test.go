@@ -21,18 +21,12 @@ func TestAdviceCalendarEven(t *testing.T) {
 		const n = 3000
 		start := time.Now()
 		c := newCalendar(start, w)
-		width := w / calSlots
 		per := map[int]int{} // callers per slot, from start
-		place := func(base time.Time) {
-			for range n {
-				at := c.place(base, w)
-				require.False(t, at.Before(base), "before its base")
-				require.True(t, at.Before(base.Add(w)), "past its window")
-				per[int(at.Sub(start)/width)]++
+		for _, base := range []time.Time{start, start.Add(w / 2)} {
+			for _, at := range placeAll(t, c, base, w, n) {
+				per[int(at.Sub(start)/(w/calSlots))]++
 			}
 		}
-		place(start)
-		place(start.Add(w / 2))
 
 		// The first window alone: n over 64 slots, 46 or 47 each.
 		lo, hi := n, 0
@@ -46,16 +40,14 @@ func TestAdviceCalendarEven(t *testing.T) {
 			lo, hi = min(lo, per[s]), max(hi, per[s])
 		}
 		assert.LessOrEqual(t, hi-lo, 1, "the second window: %d to %d a slot", lo, hi)
-		assert.Equal(t, 2*n, sum(per), "every caller placed")
 	})
 }
 
 // A window whose base falls just before a slot's end: the slot's part
 // before base stands for the end of the window, so the few microseconds
 // left of that slot get no more callers than their share. (Drawn within
-// the part after base only, a slot's worth of callers, 100 of 6,400,
-// came back within a microsecond of base: at the instant a circuit
-// half-opens.)
+// the part after base only, a slot's worth of callers, 101 of 6,400,
+// came back within 10 ms of base: at the instant a circuit half-opens.)
 func TestAdviceCalendarBaseWithinSlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const w = 30 * time.Second
@@ -64,10 +56,7 @@ func TestAdviceCalendarBaseWithinSlot(t *testing.T) {
 		c := newCalendar(start, w)
 		base := start.Add(w/calSlots - time.Microsecond)
 		near := 0
-		for range n {
-			at := c.place(base, w)
-			require.False(t, at.Before(base), "before its base")
-			require.True(t, at.Before(base.Add(w)), "past its window")
+		for _, at := range placeAll(t, c, base, w, n) {
 			if at.Sub(base) < 10*time.Millisecond {
 				near++
 			}
@@ -78,10 +67,15 @@ func TestAdviceCalendarBaseWithinSlot(t *testing.T) {
 	})
 }
 
-func sum(m map[int]int) int {
-	s := 0
-	for _, v := range m {
-		s += v
+// placeAll places n callers in c's window from base to base+w, and
+// checks that each instant falls in it.
+func placeAll(t *testing.T, c *calendar, base time.Time, w time.Duration, n int) []time.Time {
+	t.Helper()
+	out := make([]time.Time, n)
+	for i := range out {
+		out[i] = c.place(base, w)
+		require.False(t, out[i].Before(base), "before its base")
+		require.True(t, out[i].Before(base.Add(w)), "past its window")
 	}
-	return s
+	return out
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/retryhttp/retryhttp"
 	"github.com/retryhttp/retryhttp/internal/herdsim"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -38,4 +39,37 @@ func TestHerdBudgetAndBreaker(t *testing.T) {
 	require.LessOrEqual(t, on.Retries*10, off.Retries,
 		"retries with defaults (%d) must be at most 0.1x those without budget and breaker (%d)", on.Retries, off.Retries)
 	require.Positive(t, on.Retries, "the budget still lets some retries through")
+}
+
+// A batch to an API that admits a twentieth of it per second (500 at
+// 25/s, burst 2, each attempt answered after 10 ms; internal/herdsim's
+// TestThrottledBatch sends 10,000 at 500/s through 200 workers), all sent
+// at once: every first attempt is in flight before the first 429 comes
+// back, so all but 2 are answered 429, by any client. From then on, with
+// the adaptive rate, every request is delivered within 1.25x the ideal
+// 20 s, with few more 429s; without it, many more. The first wave's 429s
+// must not trip the circuit: the host serves every request it admits
+// (tried, counting them as failures: the circuit opened, and the batch
+// took 45 s).
+func TestPaceThrottledBatch(t *testing.T) {
+	t.Parallel() // heavy; shares nothing with other tests
+	const n = 500
+	run := func(name string, opts ...retryhttp.Option) herdsim.ThrottledResult {
+		var r herdsim.ThrottledResult
+		synctest.Test(t, func(t *testing.T) {
+			r = herdsim.RunThrottled(herdsim.Throttled{Name: name, Requests: n, Rate: n / 20, Burst: n / 200,
+				Horizon: 60 * time.Second, Latency: 10 * time.Millisecond, Options: opts})
+		})
+		t.Logf("%s: delivered %d in %v, 429s %d of %d attempts (%d to the first wave)",
+			name, r.Delivered, r.Done, r.Throttled, r.Attempts, r.FirstWave)
+		return r
+	}
+	adaptive := run("adaptive rate (the defaults)")
+	plain := run("full jitter alone", retryhttp.WithAdaptiveRate(), retryhttp.WithBudget(nil), retryhttp.WithBreaker(nil))
+	later := adaptive.Throttled - adaptive.FirstWave
+	require.Equal(t, n, adaptive.Delivered)
+	assert.Equal(t, n-2, adaptive.FirstWave, "429s to the first wave")
+	assert.LessOrEqual(t, adaptive.Done, 25*time.Second, "time to deliver all")
+	assert.LessOrEqual(t, float64(later), 0.05*float64(adaptive.Attempts), "429s after the first wave, among attempts")
+	assert.GreaterOrEqual(t, float64(plain.Throttled-plain.FirstWave), 5*float64(later), "full jitter alone's 429s after the first wave")
 }

@@ -43,6 +43,7 @@ type ThrottledResult struct {
 	Done      time.Duration // when the last request was delivered
 	Attempts  int           // attempts the server received
 	Throttled int           // of those, answered 429
+	FirstWave int           // of those, answered to attempts that arrived at t = 0
 	PeakRPS   float64       // largest 100 ms bucket of attempts, per second
 }
 
@@ -109,7 +110,7 @@ func RunThrottled(s Throttled) ThrottledResult {
 		peak = max(peak, n)
 	}
 	return ThrottledResult{Name: s.Name, Delivered: int(delivered.Load()), Done: time.Duration(last.Load()),
-		Attempts: srv.attempts, Throttled: srv.throttled, PeakRPS: float64(peak) * float64(time.Second/Bucket)}
+		Attempts: srv.attempts, Throttled: srv.throttled, FirstWave: srv.firstWave, PeakRPS: float64(peak) * float64(time.Second/Bucket)}
 }
 
 // admitter answers 200 within its token bucket and 429 beyond it, latency
@@ -121,6 +122,7 @@ type admitter struct {
 
 	mu                  sync.Mutex
 	attempts, throttled int                   // guarded by mu
+	firstWave           int                   // 429s to attempts at t = 0; guarded by mu
 	perBucket           map[time.Duration]int // guarded by mu
 }
 
@@ -134,6 +136,9 @@ func (a *admitter) RoundTrip(req *http.Request) (*http.Response, error) {
 	status := http.StatusOK
 	if !a.lim.Allow() {
 		a.throttled++
+		if time.Since(a.start) == 0 {
+			a.firstWave++
+		}
 		status = http.StatusTooManyRequests
 	}
 	a.mu.Unlock()
