@@ -4,8 +4,9 @@ import (
 	"errors"
 	"math"
 	"net/http"
-	"sync"
 	"time"
+
+	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
 // Advice says why RetryAt gave the instant it gave.
@@ -87,41 +88,32 @@ func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Advice) 
 		k = e.key
 		limit = e.Reason == ReasonBudgetExhausted
 	}
-	l := t.lanes.lanes.peek(k)
+	l := t.lanes.Peek(k)
 	if l != nil {
-		l.mu.Lock()
-		w := l.word.Load()
-		state, _ := unpack(w)
-		isolated, openUntil, holdUntil := l.isolated, l.openUntil, l.holdUntil
-		l.mu.Unlock()
-		if isolated {
+		v := l.View(now)
+		if v.Isolated {
 			return time.Time{}, AdviceCircuit
 		}
-		if w&heldBit != 0 && holdUntil.After(now) {
-			if h := holdUntil.Add(uniform(0, t.s.retryAfterSpread)); h.After(at) {
+		if v.Held {
+			if h := v.HoldUntil.Add(uniform(0, t.s.retryAfterSpread)); h.After(at) {
 				at, why = h, AdviceHeld
 			}
 		}
-		if state != StateClosed {
+		if v.State != perkey.Closed {
 			// Open (till its open time, or already past it), or half-open
 			// with its probe in flight: come back after the circuit may
 			// let a probe through, spread as widely as the policy's longest
 			// delay, so that the many callers an open circuit refused do not
 			// come back as one herd when it closes.
-			if c := t.spread(l, later(now, openUntil)); c.After(at) {
+			if c := t.spread(l, later(now, v.OpenUntil)); c.After(at) {
 				at, why = c, AdviceCircuit
 			}
 		}
-	}
-	if l != nil && why == AdviceNone {
-		if p := l.pace.Load(); p != nil {
+		if why == AdviceNone && v.Paced {
 			// A throttled key is sent to at the rate it admits: the budget
 			// and the policy's spread would only leave it idle. Come back
 			// about when the queue ahead is through.
-			p.mu.Lock()
-			ahead := p.aheadLocked(now, len(p.queue)+1)
-			p.mu.Unlock()
-			return now.Add(ahead), AdviceRate
+			return now.Add(v.Ahead), AdviceRate
 		}
 	}
 	if limit && t.budget != nil {
@@ -138,133 +130,24 @@ func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Advice) 
 
 // spread returns the instant, at or after base, that RetryAt sends a
 // caller back at: a point of the window from base to base plus the
-// policy's cap (30 s by default), the width over which a retry far into
-// its sequence is drawn. With a lane, the point is in the slot of the
-// window where the fewest callers of the key are already due (see
-// calendar), so that callers sent back at different times, over windows
-// that overlap, still come back evenly rather than piled where the windows
-// meet; without one, or with a Policy of the caller's own, a draw of the
-// policy.
-func (t *Transport) spread(l *lane, base time.Time) time.Time {
-	w := policyCap(t.s.policy)
+// policy's longest delay (30 s by default), the width over which a retry
+// far into its sequence is drawn. With a lane, the point is in the slot
+// of the window where the fewest callers of the key are already due (see
+// perkey.Lane.Spread), so that callers sent back at different times, over
+// windows that overlap, still come back evenly rather than piled where the
+// windows meet; without one, a draw of the policy.
+func (t *Transport) spread(l *perkey.Lane, base time.Time) time.Time {
+	w := maxDelay(t.s.policy)
 	if l == nil || w <= 0 {
 		return base.Add(max(t.s.policy.Delay(64, 0), 0))
 	}
-	c := l.due.Load()
-	if c == nil {
-		epoch := time.Now()
-		if base.Before(epoch) {
-			epoch = base // base may be RetryAt's now, read a moment ago
-		}
-		c = newCalendar(epoch, w)
-		if !l.due.CompareAndSwap(nil, c) {
-			c = l.due.Load()
-		}
-	}
-	return c.place(base, w)
+	return l.Spread(base, w)
 }
 
-// calSlots is how many slots a calendar divides a spread window into, and
-// calRing how many it remembers: two windows, enough for a base that moves
-// forward by up to a window, as an open circuit's does. 64 slots of a 30 s
-// window are 470 ms wide: fine enough that the callers due in one slot,
-// drawn uniformly within it, arrive as evenly as a uniform spread would.
-const (
-	calSlots = 64
-	calRing  = 2 * calSlots
-)
-
-// calendar counts, for one key, the callers RetryAt has sent back per slot
-// of time, so that each new caller goes to the slot of its window where
-// the fewest are due: when windows of different bases overlap (callers
-// refused by the budget at t = 0 are spread to 30 s; those the circuit
-// refuses later, from when it may close), the later callers fill the
-// slots the earlier left empty instead of doubling the load where the
-// windows meet. Among slots equally loaded, the scan starts at the next
-// point of a golden-ratio sequence, so a window filled from empty gets its
-// callers evenly.
-//
-// A slot is named by its index from epoch; the ring keeps the latest 2
-// windows' worth, and a slot whose remembered index is not the one asked
-// for counts as empty (its callers are past, or a base far ahead overwrote
-// it: the calendar is an estimate, and only evenness depends on it). It
-// costs 1 KiB, kept with the lane, on a key whose callers RetryAt has
-// spread.
-type calendar struct {
-	epoch time.Time
-	width time.Duration // a slot's width: the window over calSlots
-	mu    sync.Mutex
-	n     uint64 // callers placed; guarded by mu
-	ring  [calRing]struct {
-		slot uint32 // index of the slot counted, from epoch, modulo 2^32
-		due  uint32 // callers sent back to it
-	} // guarded by mu
-}
-
-func newCalendar(epoch time.Time, w time.Duration) *calendar {
-	return &calendar{epoch: epoch, width: w / calSlots}
-}
-
-// place returns an instant in the window from base to base+w, in its
-// least-loaded slot, and counts the caller there. A window of another
-// width than the calendar's (a Breaker shared by transports with different
-// policies), or narrower than 64 ns, gets a golden-ratio point of it,
-// uncounted.
-func (c *calendar) place(base time.Time, w time.Duration) time.Time {
-	const golden = 0.6180339887498949
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.n++
-	_, frac := math.Modf(float64(c.n) * golden)
-	if w < calSlots || c.width != w/calSlots || base.Before(c.epoch) {
-		return base.Add(time.Duration(frac * float64(w)))
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
 	}
-	first := uint64(base.Sub(c.epoch) / c.width)
-	start := uint64(frac * calSlots)
-	best, least := first+start, uint32(math.MaxUint32)
-	for i := range uint64(calSlots) {
-		s := first + (start+i)%calSlots
-		e := &c.ring[s%calRing]
-		due := uint32(0)
-		if e.slot == uint32(s) {
-			due = e.due
-		}
-		if due < least {
-			best, least = s, due
-		}
-	}
-	e := &c.ring[best%calRing]
-	if e.slot != uint32(best) {
-		e.slot, e.due = uint32(best), 0
-	}
-	if e.due < math.MaxUint32 {
-		e.due++
-	}
-	// Uniformly within the slot. The window's first slot begins before
-	// base, and the part of it before base stands for the part of the next
-	// window's first slot that the window ends with: a draw there goes
-	// one window on. So every slot is a whole slot wide, and the instant
-	// falls in [base, base+w).
-	at := c.epoch.Add(time.Duration(best)*c.width + uniform(0, c.width))
-	if at.Before(base) {
-		at = at.Add(calSlots * c.width)
-	}
-	return at
-}
-
-// policyCap returns the longest delay of the policies this package
-// defines, or 0 for another Policy.
-func policyCap(p Policy) time.Duration {
-	switch p := p.(type) {
-	case FullJitter:
-		return bound(64, p.Base, p.Cap)
-	case EqualJitter:
-		return bound(64, p.Base, p.Cap)
-	case Exponential:
-		return bound(64, p.Base, p.Cap)
-	case DecorrelatedJitter:
-		_, c := defaults(p.Base, p.Cap)
-		return c
-	}
-	return 0
+	return a
 }

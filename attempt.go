@@ -21,9 +21,6 @@ func (r *retrier) attempt() (*http.Response, error) {
 		r.queued = nil // the next RoundTripper closes its body
 		resp, err := r.sendWithTimeout(areq)
 		r.resp = resp
-		if r.slot {
-			r.releaseSlot()
-		}
 		return resp, err
 	}
 	// Until it is sent (AttemptStart may panic) the body is the
@@ -33,9 +30,6 @@ func (r *retrier) attempt() (*http.Response, error) {
 	start := time.Now()
 	resp, err := r.sendWithTimeout(areq)
 	r.resp = resp
-	if r.slot {
-		r.releaseSlot()
-	}
 	done := AttemptDoneInfo{Request: r.req, Attempt: r.attempts, Err: err, Duration: time.Since(start)}
 	if resp != nil {
 		done.Status = resp.StatusCode

@@ -6,6 +6,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
 // ErrCircuitOpen is wrapped by the error of a request that a host's open
@@ -90,28 +92,16 @@ type BreakerConfig struct {
 // Breaker holds one circuit per host (scheme, host, port). A circuit counts
 // retryable failures as failures (but not a 429 while WithAdaptiveRate
 // covers 429, as it does by default: the host is up) and any other
-// response as a success; it
-// trips on failure that persists over BreakerConfig.Span, refuses requests
-// while open, then lets a few probes through. Each host's lane also keeps
-// the previous delay that DecorrelatedJitter grows from. A Breaker may be
-// shared between transports and is safe for concurrent use; a request to a
-// host whose circuit is closed takes no lock.
+// response as a success; it trips on failure that persists over
+// BreakerConfig.Span, refuses requests while open, then lets a few probes
+// through. Each host's lane also keeps the previous delay that
+// DecorrelatedJitter grows from. A Breaker may be shared between
+// transports and is safe for concurrent use; a request to a host whose
+// circuit is closed takes no lock.
 type Breaker struct {
-	fleet    atomic.Pointer[Fleet] // shares changes, when set
-	cfg      BreakerConfig
-	circuits bool // false: the lanes only keep policy memory, and never open
-	lanes    table[*lane]
-	// flagged: some lane has been held or paced. Until then a transport
-	// that needs lanes for nothing else skips the lookup on its success
-	// path.
-	flagged atomic.Bool
-}
-
-// flag notes that a lane is held or paced.
-func (b *Breaker) flag() {
-	if !b.flagged.Load() {
-		b.flagged.Store(true)
-	}
+	set   *perkey.Set
+	cfg   BreakerConfig         // with the defaults filled in
+	fleet atomic.Pointer[Fleet] // shares changes, when set
 }
 
 // NewBreaker returns a Breaker configured by c, with defaults for zero
@@ -146,16 +136,16 @@ func NewBreaker(c BreakerConfig) *Breaker {
 	c.Span = min(c.Span, maxBreakerDuration)
 	c.OpenFor = min(c.OpenFor, maxBreakerDuration)
 	c.OpenJitter = min(c.OpenJitter, maxBreakerDuration)
-	return newLanes(c, true)
-}
-
-// newLanes returns a Breaker configured by c whose circuits open only if
-// circuits is true: without them it keeps a host's memory for a policy.
-func newLanes(c BreakerConfig, circuits bool) *Breaker {
-	b := &Breaker{cfg: c, circuits: circuits}
-	b.lanes.idle = (*lane).idle
-	b.lanes.max = c.MaxHosts
-	return b
+	return &Breaker{cfg: c, set: perkey.NewSet(perkey.Config{
+		Circuits:     true,
+		Span:         c.Span,
+		MinFailures:  c.MinFailures,
+		FailureRatio: c.FailureRatio,
+		OpenFor:      c.OpenFor,
+		OpenJitter:   c.OpenJitter,
+		Probes:       c.Probes,
+		MaxKeys:      c.MaxHosts,
+	})}
 }
 
 // stateful reports whether a policy may use the previous delay, and so needs
@@ -175,20 +165,16 @@ func WithBreaker(b *Breaker) Option {
 	return transportOption("WithBreaker", func(t *Transport) { t.breaker = b })
 }
 
-// lane returns the host's lane, creating it if needed.
-func (b *Breaker) lane(k hostKey) *lane {
-	return b.lanes.get(k, func(k hostKey) *lane { return newLane(b, k) })
-}
-
 // State is the state of one host's circuit.
 type State int
 
-// The states of a circuit.
+// The states of a circuit. Their values are those of the lanes'
+// perkey.State, so that one converts to the other.
 const (
-	StateClosed   State = iota // requests pass; failures are counted
-	StateOpen                  // requests are refused without touching the network
-	StateHalfOpen              // a few probes pass; the rest are refused
-	StateHeld                  // the server asked, with a long Retry-After, for no requests until an instant; requests wait for it
+	StateClosed   = State(perkey.Closed)   // requests pass; failures are counted
+	StateOpen     = State(perkey.Open)     // requests are refused without touching the network
+	StateHalfOpen = State(perkey.HalfOpen) // a few probes pass; the rest are refused
+	StateHeld     = State(perkey.Held)     // the server asked, with a long Retry-After, for no requests until an instant; requests wait for it
 )
 
 // String returns the state's name: closed, open, half-open or held.

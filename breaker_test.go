@@ -17,6 +17,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/perkey"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -97,52 +98,48 @@ func bkTransport(next http.RoundTripper, b *Breaker, opts ...Option) *Transport 
 }
 
 // bkLane returns the lane of rawURL's host.
-func bkLane(b *Breaker, rawURL string) *lane {
+func bkLane(b *Breaker, rawURL string) *perkey.Lane {
 	u, err := url.Parse(rawURL)
 	if err != nil {
 		panic(err)
 	}
-	return b.lane(keyOf(u))
+	return b.set.Lane(perkey.KeyOf(u))
 }
 
 // bkState returns the state of a lane's circuit.
-func bkState(l *lane) State {
-	s, _ := unpack(l.word.Load())
-	return s
+func bkState(l *perkey.Lane) State {
+	return State(l.View(time.Now()).State)
 }
 
 // bkPeriod returns the lane's failure period: failures, successes, and
 // whether one is under way.
-func bkPeriod(l *lane) (fails int, succ int64, failing bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.fails, l.succ.Load(), l.failing.Load()
+func bkPeriod(l *perkey.Lane) (fails int, succ int64, failing bool) {
+	v := l.View(time.Now())
+	return v.Failures, v.Successes, !v.FailingSince.IsZero()
 }
 
 // bkOpenUntil returns when an open lane may half-open.
-func bkOpenUntil(l *lane) time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.openUntil
+func bkOpenUntil(l *perkey.Lane) time.Time {
+	return l.View(time.Now()).OpenUntil
 }
 
 // bkFeed offers one attempt to the lane and, if it is admitted, records o
 // as its outcome. It reports whether the attempt was admitted.
-func bkFeed(l *lane, o outcome) bool {
-	tk, _, err := l.allow()
+func bkFeed(l *perkey.Lane, o outcome) bool {
+	tk, _, err := l.Admit(context.Background(), perkey.Limits{})
 	if err != nil {
 		return false
 	}
-	l.record(tk, o)
+	l.Done(tk, perkey.Outcome{Kind: o})
 	return true
 }
 
 // bkTrip trips a closed lane by its own rule: MinFailures failures now and
 // one more a Span later. It sleeps for the Span, so it must run inside a
 // bubble.
-func bkTrip(t *testing.T, l *lane) {
+func bkTrip(t *testing.T, l *perkey.Lane) {
 	t.Helper()
-	c := l.b.cfg
+	c := l.Config()
 	for range c.MinFailures {
 		require.True(t, bkFeed(l, outcomeFailure), "a closed circuit admits")
 	}
@@ -917,49 +914,6 @@ func TestBreakerOutcomes(t *testing.T) {
 			})
 		})
 	}
-}
-
-// TestBreakerClosedAllocs checks that a closed circuit admits and records a
-// success without allocating.
-func TestBreakerClosedAllocs(t *testing.T) {
-	l := newLane(NewBreaker(BreakerConfig{}), hostKey{})
-	allocs := testing.AllocsPerRun(1000, func() {
-		tk, _, err := l.allow()
-		if err != nil {
-			panic(err)
-		}
-		l.record(tk, outcomeSuccess)
-	})
-	assert.Zero(t, allocs, "allocations per allow+record: got %v, want 0", allocs)
-}
-
-// BenchmarkBreakerClosed measures the hot path of a closed circuit: allow
-// and record a success, on one goroutine and on all of them sharing a lane.
-func BenchmarkBreakerClosed(b *testing.B) {
-	b.Run("single", func(b *testing.B) {
-		l := newLane(NewBreaker(BreakerConfig{}), hostKey{})
-		b.ReportAllocs()
-		for b.Loop() {
-			tk, _, err := l.allow()
-			if err != nil {
-				b.Fatal(err)
-			}
-			l.record(tk, outcomeSuccess)
-		}
-	})
-	b.Run("parallel", func(b *testing.B) {
-		l := newLane(NewBreaker(BreakerConfig{}), hostKey{})
-		b.ReportAllocs()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				tk, _, err := l.allow()
-				if err != nil {
-					panic(err)
-				}
-				l.record(tk, outcomeSuccess)
-			}
-		})
-	})
 }
 
 // TestCircuitOpenedDuringAttempt: the host's circuit opens, by other

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/perkey"
 	"golang.org/x/time/rate"
 )
 
@@ -70,7 +71,7 @@ type Budget struct {
 	perHost bool
 
 	global *bucket // nil when perHost
-	hosts  table[*bucket]
+	hosts  perkey.Table[*bucket]
 
 	fleet  atomic.Pointer[Fleet] // shares the floor and cap out, when set
 	shares atomic.Int64          // the fleet's size: the floor and cap are divided by it; 0 means 1
@@ -112,8 +113,8 @@ func NewBudget(c BudgetConfig) *Budget {
 	if !c.PerHost {
 		b.global = b.newBucket()
 	}
-	b.hosts.idle = (*bucket).idle
-	b.hosts.max = c.MaxHosts
+	b.hosts.Idle = (*bucket).idle
+	b.hosts.Max = c.MaxHosts
 	return b
 }
 
@@ -142,7 +143,7 @@ func (b *Budget) share(n int) {
 	if b.global != nil {
 		b.shareBucket(b.global, n)
 	}
-	for _, k := range b.hosts.values() {
+	for _, k := range b.hosts.Values() {
 		b.shareBucket(k, n)
 	}
 }
@@ -161,7 +162,7 @@ func (b *Budget) bucketFor(k hostKey) *bucket {
 	if b.global != nil {
 		return b.global
 	}
-	return b.hosts.get(k, func(hostKey) *bucket { return b.newBucket() })
+	return b.hosts.Get(k, func(hostKey) *bucket { return b.newBucket() })
 }
 
 // deposit credits one original request to the host's bucket. It takes no
@@ -213,7 +214,7 @@ func (b *Budget) tokens(k hostKey, t time.Time) float64 {
 func (b *Budget) tokenAt(k hostKey, now time.Time) (at time.Time, spread time.Duration) {
 	bk := b.global
 	if bk == nil {
-		bk = b.hosts.peek(k)
+		bk = b.hosts.Peek(k)
 		if bk == nil {
 			return now, 0 // a fresh bucket starts with its floor full
 		}

@@ -654,7 +654,7 @@ func TestBudgetRetryNotMadeCostsNothing(t *testing.T) {
 }
 
 // budgetTableSize returns how many per-host buckets b holds.
-func budgetTableSize(b *Budget) int { return b.hosts.len() }
+func budgetTableSize(b *Budget) int { return b.hosts.Len() }
 
 // smallTable is the MaxHosts of the host-table tests.
 const smallTable = 1024

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+
+	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
 // reach says how far an attempt got.
@@ -37,7 +39,7 @@ type verdict struct {
 	// why is the reason to stop when retry is false and the outcome is not
 	// a success: ReasonNotRetryable or ReasonContextDone.
 	why  Reason
-	host outcome
+	host perkey.Kind // what the key's circuit is told
 }
 
 // success reports an outcome that ends the request without a failure: a
@@ -76,10 +78,10 @@ func classify(req *http.Request, resp *http.Response, err error, retryIf func(*h
 	}
 	switch {
 	case v.retry:
-		v.host = outcomeFailure
+		v.host = perkey.Failure
 	case err == nil:
 		// The host answered: a success to its circuit, whatever the status.
-		v.host = outcomeSuccess
+		v.host = perkey.Success
 	default:
 		// A transport error that WithRetryIf rejects tells nothing of the
 		// host.

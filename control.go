@@ -2,10 +2,14 @@ package retryhttp
 
 import (
 	"net/http"
-	"net/url"
-	"strings"
 	"time"
+
+	"github.com/retryhttp/retryhttp/internal/perkey"
 )
+
+// hostKey is what per-key state is kept by: scheme://host[:port] by
+// default, or what WithKey computes.
+type hostKey = perkey.Key
 
 // HostState is what a Breaker holds for one key, as Host and Snapshot
 // report it.
@@ -23,14 +27,24 @@ type HostState struct {
 	Isolated bool
 }
 
+// hostState turns a lane's view into what Host and Snapshot report: a
+// hold in force shows as StateHeld unless the circuit is open.
+func hostState(key string, v perkey.View) HostState {
+	s := HostState{Key: key, State: State(v.State), Since: v.Since, Until: v.OpenUntil, Isolated: v.Isolated}
+	if v.Held && v.State != perkey.Open {
+		s.State, s.Since, s.Until = StateHeld, v.HeldSince, v.HoldUntil
+	}
+	return s
+}
+
 // Host returns the state of one key: "scheme://host[:port]", or a key that
 // WithKey computed. A key the breaker does not hold is closed.
 func (b *Breaker) Host(key string) HostState {
-	l := b.lanes.peek(parseKey(key))
+	l := b.set.Peek(perkey.ParseKey(key))
 	if l == nil {
 		return HostState{Key: key, State: StateClosed}
 	}
-	return l.state(time.Now())
+	return hostState(l.Key().String(), l.View(time.Now()))
 }
 
 // Snapshot returns the state of every key whose circuit is not closed or
@@ -39,8 +53,8 @@ func (b *Breaker) Host(key string) HostState {
 func (b *Breaker) Snapshot() []HostState {
 	now := time.Now()
 	var out []HostState
-	for _, l := range b.lanes.values() {
-		if s := l.state(now); s.State != StateClosed {
+	for _, l := range b.set.Lanes() {
+		if s := hostState(l.Key().String(), l.View(now)); s.State != StateClosed {
 			out = append(out, s)
 		}
 	}
@@ -52,66 +66,50 @@ func (b *Breaker) Snapshot() []HostState {
 // and requests sleeping toward it wake, as when a circuit trips. The change
 // is reported to BreakerConfig.OnStateChange.
 func (b *Breaker) Isolate(key string) {
-	l := b.lane(parseKey(key))
-	l.mu.Lock()
-	l.isolated = true
-	tr := l.openLocked(time.Now(), maxBreakerDuration)
-	tr.until = time.Time{}
-	l.mu.Unlock()
-	b.changed(l, tr)
+	l := b.set.Lane(perkey.ParseKey(key))
+	b.changed(l, l.Isolate(time.Now(), maxBreakerDuration), false)
 }
 
 // Reset closes the key's circuit and ends its hold and isolation, with the
-// failures counted so far forgotten, as after a fix. The changes are
-// reported to BreakerConfig.OnStateChange.
+// failures counted so far and the policy's memory of the key forgotten, as
+// after a fix. The changes are reported to BreakerConfig.OnStateChange.
 func (b *Breaker) Reset(key string) {
-	l := b.lanes.peek(parseKey(key))
+	l := b.set.Peek(perkey.ParseKey(key))
 	if l == nil {
 		return
 	}
-	var trs transitions
-	l.mu.Lock()
-	now := time.Now()
-	if l.word.Load()&heldBit != 0 {
-		trs.add(l.unholdLocked())
-	}
-	l.isolated = false
-	l.resetPeriodLocked()
-	l.probes = 0
-	if state, _ := unpack(l.word.Load()); state != StateClosed {
-		trs.add(l.setLocked(StateClosed, now))
-	}
-	l.mu.Unlock()
-	b.changed(l, trs[0])
-	b.changed(l, trs[1])
+	b.changed(l, l.Reset(time.Now()), false)
 }
 
-// changed reports a change an operator made: to OnStateChange only, as an
-// operator acts on each process by itself.
-func (b *Breaker) changed(l *lane, tr transition) {
-	b.notify(l, tr, false)
+// changed reports the changes a call to the lane made (see notify).
+func (b *Breaker) changed(l *perkey.Lane, trs perkey.Transitions, local bool) {
+	for _, tr := range trs.List() {
+		b.notify(l, tr, local)
+	}
 }
 
 // notify reports a change of the lane to OnStateChange and, when local is
-// set and the breaker is shared through a Fleet, to the other processes.
-// It is called after the lane's lock is released.
-func (b *Breaker) notify(l *lane, tr transition, local bool) {
-	if tr.from != tr.to && b.cfg.OnStateChange != nil {
-		b.cfg.OnStateChange(CircuitChangeInfo{Key: l.key.String(), From: tr.from, To: tr.to, Until: tr.until})
+// set and the breaker is shared through a Fleet, to the other processes:
+// local changes are those a request made, not those adopted from another
+// process or made by an operator, who acts on each process by itself. It
+// is called after the lane's lock is released.
+func (b *Breaker) notify(l *perkey.Lane, tr perkey.Transition, local bool) {
+	if tr.Changed() && b.cfg.OnStateChange != nil {
+		b.cfg.OnStateChange(CircuitChangeInfo{Key: l.Key().String(), From: State(tr.From), To: State(tr.To), Until: tr.Until})
 	}
 	f := b.fleet.Load()
 	if !local || f == nil {
 		return
 	}
-	c := Change{Key: l.key.String()}
+	c := Change{Key: l.Key().String()}
 	switch {
-	case tr.to == StateOpen && tr.from != StateOpen:
-		c.Kind, c.For = ChangeOpen, time.Until(tr.until)
-	case tr.to == StateHeld:
-		c.Kind, c.For = ChangeHold, time.Until(tr.until)
-	case tr.to == StateClosed && tr.from != StateHeld:
+	case tr.To == perkey.Open && tr.From != perkey.Open:
+		c.Kind, c.For = ChangeOpen, time.Until(tr.Until)
+	case tr.To == perkey.Held:
+		c.Kind, c.For = ChangeHold, time.Until(tr.Until)
+	case tr.To == perkey.Closed && tr.From != perkey.Held && tr.Changed():
 		c.Kind = ChangeClose
-	case tr.failing:
+	case tr.Failing:
 		c.Kind, c.For = ChangeFailing, 2*b.cfg.Span
 	default:
 		return
@@ -126,69 +124,42 @@ func (b *Breaker) notify(l *lane, tr transition, local bool) {
 // fleet half-opens with about one probe per open period, not one per
 // process. It reports whether anything changed.
 func (b *Breaker) adopt(c Change, quorum bool, now time.Time) bool {
-	k := parseKey(c.Key)
+	k := perkey.ParseKey(c.Key)
 	var (
-		l  *lane
-		tr transition
+		l   *perkey.Lane
+		trs perkey.Transitions
 	)
 	switch c.Kind {
 	case ChangeOpen:
-		if l = b.lanes.peek(k); l == nil && !quorum {
+		if l = b.set.Peek(k); l == nil && !quorum {
 			return false
 		}
 		if l == nil {
-			l = b.lane(k)
+			l = b.set.Lane(k)
 		}
-		tr = l.adoptOpen(now, c.For+uniform(0, b.cfg.OpenFor), quorum)
+		trs = l.AdoptOpen(now, c.For+perkey.Uniform(0, b.cfg.OpenFor), quorum)
 	case ChangeClose:
-		if l = b.lanes.peek(k); l == nil {
+		if l = b.set.Peek(k); l == nil {
 			return false
 		}
-		tr = l.adoptClose(now, now.Add(-c.Age))
+		trs = l.AdoptClose(now, now.Add(-c.Age))
 	case ChangeHold:
-		l = b.lane(k)
-		tr = l.hold(now.Add(c.For))
+		l = b.set.Lane(k)
+		trs = l.Hold(now.Add(c.For))
 	default:
 		return false
 	}
-	if tr.from == tr.to && !tr.extended {
+	if !trs.Any() {
 		return false
 	}
-	b.notify(l, tr, false)
+	b.changed(l, trs, false)
 	return true
-}
-
-// state returns the lane's state as an operator sees it; a hold whose time
-// has come is over.
-func (l *lane) state(now time.Time) HostState {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	w := l.word.Load()
-	state, _ := unpack(w)
-	s := HostState{Key: l.key.String(), State: state, Since: l.changed, Isolated: l.isolated}
-	if state == StateOpen && !l.isolated {
-		s.Until = l.openUntil
-	}
-	if w&heldBit != 0 && now.Before(l.holdUntil) && state != StateOpen {
-		s.State, s.Since, s.Until = StateHeld, l.heldSince, l.holdUntil
-	}
-	return s
-}
-
-// parseKey turns a key as reported back into the table's key: the default
-// form scheme://host[:port] (normalised as keyOf does), or any other string
-// from WithKey as it is.
-func parseKey(s string) hostKey {
-	if i := strings.Index(s, "://"); i > 0 && !strings.ContainsAny(s[i+3:], "/?#") {
-		return keyOf(&url.URL{Scheme: s[:i], Host: s[i+3:]})
-	}
-	return hostKey{host: s}
 }
 
 // requestKey returns the key of req.
 func (t *Transport) requestKey(req *http.Request) hostKey {
 	if t.keyFunc != nil {
-		return parseKey(t.keyFunc(req))
+		return perkey.ParseKey(t.keyFunc(req))
 	}
-	return keyOf(req.URL)
+	return perkey.KeyOf(req.URL)
 }

@@ -19,6 +19,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/perkey"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -28,10 +29,9 @@ var errInjected = errors.New("injected panic")
 
 // bkHeld returns what a lane holds for requests: probes in flight and
 // sleepers.
-func bkHeld(l *lane) (probes, sleepers int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.probes, l.sleepers
+func bkHeld(l *perkey.Lane) (probes, sleepers int) {
+	v := l.View(time.Now())
+	return v.Probes, v.Sleepers
 }
 
 // A panic anywhere between a probe's admission and the recording of its
@@ -312,13 +312,13 @@ func TestFaultsAbandonedHostsBounded(t *testing.T) {
 		}
 		// The table is full of abandoned hosts: none may hold its URL.
 		perHost := heapPerHost()
-		t.Logf("heap per abandoned host, the table full of them: %.0f B (%d lanes held)", perHost, b.lanes.len())
+		t.Logf("heap per abandoned host, the table full of them: %.0f B (%d lanes held)", perHost, b.set.Len())
 		assert.Less(t, perHost, 200.0, "heap per abandoned host, the table full of them")
 		time.Sleep(24 * time.Hour)
 		each(cap, func(i int) { sendGET(t, ok, "http://other"+strconv.Itoa(i)+".test/") })
-		assert.LessOrEqual(t, b.lanes.len(), cap, "lanes held")
+		assert.LessOrEqual(t, b.set.Len(), cap, "lanes held")
 		perHost = heapPerHost()
-		t.Logf("heap per abandoned host: %.0f B (%d lanes held)", perHost, b.lanes.len())
+		t.Logf("heap per abandoned host: %.0f B (%d lanes held)", perHost, b.set.Len())
 		assert.Less(t, perHost, 200.0, "heap per abandoned host")
 		runtime.KeepAlive(tr)
 	})
@@ -333,30 +333,6 @@ type statusNext int
 
 func (n statusNext) RoundTrip(req *http.Request) (*http.Response, error) {
 	return newResponse(req, int(n), http.NoBody), nil
-}
-
-// With two probes, the first success closes the circuit; the second probe,
-// still in flight, holds no place afterwards, so the lane can leave memory.
-func TestFaultsSecondProbeFreed(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		c := bkConfig()
-		c.Probes = 2
-		b := NewBreaker(c)
-		l := bkLane(b, testURL)
-		bkTrip(t, l)
-		time.Sleep(c.OpenFor)
-		first, _, err := l.allow()
-		require.NoError(t, err)
-		second, _, err := l.allow()
-		require.NoError(t, err)
-		require.True(t, first.probe && second.probe)
-		l.record(first, outcomeSuccess)
-		require.Equal(t, StateClosed, bkState(l))
-		l.record(second, outcomeSuccess) // from the half-open period: ignored
-		probes, _ := bkHeld(l)
-		assert.Zero(t, probes, "probe places held after closing")
-		assert.True(t, l.idle(time.Now()), "a closed lane with nothing in flight is idle")
-	})
 }
 
 // Configuration that cannot mean anything is refused where it is made;

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
 // Store carries what processes learn about keys from one to the others:
@@ -243,7 +245,7 @@ func (f *Fleet) watchLoop(ctx context.Context) {
 			n = 1 // it watched for a while: this is a new failure
 		}
 		// The store failed: try again, spread, as any retry should be.
-		if sleep(ctx, backoff.Delay(n, 0), nil) != nil {
+		if perkey.Sleep(ctx, backoff.Delay(n, 0)) != nil {
 			return
 		}
 	}

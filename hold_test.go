@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/perkey"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -125,8 +126,8 @@ func TestHoldRules(t *testing.T) {
 		assert.Equal(t, start.Add(defaultMaxRetryAfter), s.Until, "a hold never outlasts the clamp")
 
 		// A shorter hold, and a success, leave it as it was.
-		assert.Equal(t, transition{}, l.hold(start.Add(10*time.Second)))
-		l.record(ticket{}, outcomeSuccess)
+		assert.False(t, l.Hold(start.Add(10*time.Second)).Any(), "a shorter hold changes nothing")
+		bkFeed(l, outcomeSuccess)
 		assert.Equal(t, start.Add(defaultMaxRetryAfter), b.Host(s.Key).Until)
 
 		// A request whose deadline comes first returns at once.
@@ -189,7 +190,7 @@ func TestHoldRetryAt(t *testing.T) {
 			assert.True(t, !at.Before(open) && at.Before(open.Add(30*time.Second)), "circuit: %v", at.Sub(open))
 
 			b = NewBreaker(BreakerConfig{})
-			bkLane(b, testURL).hold(time.Now().Add(20 * time.Second))
+			bkLane(b, testURL).Hold(time.Now().Add(20 * time.Second))
 			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 			defer cancel()
 			tr = New(newNext(reply{status: 200}), WithBreaker(b))
@@ -427,7 +428,7 @@ func TestHoldRetryAtEdges(t *testing.T) {
 		hl := bkLane(hb, testURL)
 		bkTrip(t, hl)
 		time.Sleep(bkConfig().OpenFor)
-		_, _, err = hl.allow() // the probe
+		_, _, err = hl.Admit(t.Context(), perkey.Limits{}) // the probe
 		require.NoError(t, err)
 		tr = New(newNext(reply{status: 200}), WithBreaker(hb))
 		_, err = tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
@@ -446,7 +447,7 @@ func TestHoldRetryAtEdges(t *testing.T) {
 		assert.Equal(t, AdviceNone, why)
 
 		perHost := NewBudget(BudgetConfig{PerHost: true})
-		at, _ = perHost.tokenAt(hostKey{host: "fresh"}, time.Now())
+		at, _ = perHost.tokenAt(hostKey{Host: "fresh"}, time.Now())
 		assert.Equal(t, time.Now(), at, "a key the budget has not seen has its floor")
 	})
 }
@@ -459,7 +460,7 @@ func TestHoldWithoutBreaker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		next := newNext(reply{status: http.StatusTooManyRequests, header: http.Header{"Retry-After": {"30"}}}, reply{status: http.StatusOK})
 		tr := New(next, WithBreaker(nil), WithBudget(nil), WithMaxAttempts(1))
-		require.False(t, tr.lanes.flagged.Load(), "no key held or paced yet")
+		require.False(t, tr.lanes.Flagged(), "no key held or paced yet")
 		resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 		require.NoError(t, err)
 		readBody(t, resp)

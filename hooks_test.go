@@ -362,7 +362,7 @@ func TestHooksGiveUpReasons(t *testing.T) {
 			name:  "not_retryable",
 			steps: []hookStep{{err: certErr}},
 			want: GiveUpInfo{Attempts: 1, Reason: ReasonNotRetryable, Err: &Error{
-				Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 1, Reason: ReasonNotRetryable, Err: certErr, key: hostKey{"http", "host"},
+				Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 1, Reason: ReasonNotRetryable, Err: certErr, key: hostKey{Scheme: "http", Host: "host"},
 			}},
 		},
 		{
@@ -375,7 +375,7 @@ func TestHooksGiveUpReasons(t *testing.T) {
 				return ctx, cancel
 			},
 			want: GiveUpInfo{Attempts: 1, Reason: ReasonContextDone, Err: &Error{
-				Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 1, Reason: ReasonContextDone, Err: context.Canceled, key: hostKey{"http", "host"},
+				Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 1, Reason: ReasonContextDone, Err: context.Canceled, key: hostKey{Scheme: "http", Host: "host"},
 			}},
 			retries: 1,
 			elapsed: time.Second,
@@ -480,7 +480,7 @@ func TestHooksCircuitChange(t *testing.T) {
 		require.ErrorIs(t, err, ErrCircuitOpen)
 		assert.Equal(t, both(GiveUpInfo{Attempts: 0, Reason: ReasonCircuitOpen, Err: &Error{
 			Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 0, Reason: ReasonCircuitOpen, Err: ErrCircuitOpen,
-			Until: start.Add(3 * time.Second), key: hostKey{"http", "host"},
+			Until: start.Add(3 * time.Second), key: hostKey{Scheme: "http", Host: "host"},
 		}}), log.take(t, req), "t=1s: refused")
 		assert.Equal(t, 2, next.count("/"), "the refused request reached the network")
 
@@ -546,7 +546,7 @@ func TestHooksCircuitOpenWakesSleeper(t *testing.T) {
 		require.ErrorIs(t, errA, ErrCircuitOpen)
 		opened := start.Add(time.Second + defaultBreakerOpenFor)
 		wantErr := &Error{Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 1, Reason: ReasonCircuitOpen, Err: ErrCircuitOpen,
-			Until: opened, key: hostKey{"http", "host"}}
+			Until: opened, key: hostKey{Scheme: "http", Host: "host"}}
 		assert.Equal(t, []hookEvent{
 			{"request", AttemptStartInfo{Attempt: 1}},
 			{"request", AttemptDoneInfo{Attempt: 1, Status: 503}},

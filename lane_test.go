@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/perkey"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -27,7 +28,7 @@ func TestLaneMemory(t *testing.T) {
 	// setup returns a transport with one retry per request and
 	// DecorrelatedJitter, whose breaker never trips, and the failing host's
 	// lane.
-	setup := func() (*breakerFake, *Transport, *lane) {
+	setup := func() (*breakerFake, *Transport, *perkey.Lane) {
 		fake := newBreakerFake(func(req *http.Request) (int, error) {
 			if req.URL.Host == "failing.test" {
 				return http.StatusServiceUnavailable, nil
@@ -38,7 +39,7 @@ func TestLaneMemory(t *testing.T) {
 		tr := bkTransport(fake, b, WithPolicy(DecorrelatedJitter{}), WithMaxAttempts(2))
 		return fake, tr, bkLane(b, failing)
 	}
-	prevOf := func(l *lane) time.Duration { return time.Duration(l.prev.Load()) }
+	prevOf := func(l *perkey.Lane) time.Duration { return l.Prev() }
 
 	t.Run("grows across requests to a failing host", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
@@ -111,7 +112,7 @@ func TestLaneMemory(t *testing.T) {
 }
 
 // bkLanes returns how many lanes a breaker's table holds.
-func bkLanes(b *Breaker) int { return b.lanes.len() }
+func bkLanes(b *Breaker) int { return b.set.Len() }
 
 // TestLaneSweep checks how lanes leave a breaker's table: idle lanes are
 // swept as new hosts arrive, lanes that hold something are kept.
@@ -188,7 +189,7 @@ func TestLaneSweep(t *testing.T) {
 			for i := range n {
 				u, err := url.Parse(hostURL(i))
 				require.NoError(t, err)
-				if b.lanes.peek(keyOf(u)) != nil {
+				if b.set.Peek(keyOf(u)) != nil {
 					kept++
 				}
 			}

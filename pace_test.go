@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/perkey"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -134,21 +135,21 @@ func TestPaceSlowTenant(t *testing.T) {
 	assert.LessOrEqual(t, limited, 2*base)
 }
 
-// The pacer's edges: a request whose deadline the queue ahead cannot fit
-// returns at once; one whose context ends while waiting returns its error;
-// a pacer that has grown far past what was throttled lets the key go, and
-// the key costs nothing again.
+// The pacer's edges, as a request sees them: one whose deadline the queue
+// ahead cannot fit returns at once, with ReasonDeadline; one whose context
+// ends while waiting returns its error; neither is sent.
 func TestPaceEdges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		next := newNext(reply{status: 200})
 		tr := New(next, WithBudget(nil))
-		l := tr.lanes.lane(keyOf(mustParse(t, testURL)))
-		l.throttle(time.Now(), 0) // paced from now, at 10/s
-		l.pace.Load().lim.AllowN(time.Now(), 1)
+		l := tr.lanes.Lane(keyOf(mustParse(t, testURL)))
+		l.Done(perkey.Ticket{}, perkey.Outcome{Cut: true}) // paced from now, at 10/s
+		_, _, err := l.Admit(t.Context(), perkey.Limits{}) // takes the first release
+		require.NoError(t, err)
 
 		ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
 		defer cancel()
-		_, err := tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
+		_, err = tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.Equal(t, ReasonDeadline, asError(t, err).Reason)
 		assert.Contains(t, err.Error(), "send rate")
@@ -163,46 +164,17 @@ func TestPaceEdges(t *testing.T) {
 		cancel()
 		require.ErrorIs(t, <-done, context.Canceled)
 		assert.Zero(t, next.calls())
-
-		time.Sleep(10 * time.Second) // slow start has long passed 10,000/s
-		sendGET(t, tr, testURL)
-		assert.Nil(t, l.pace.Load(), "the pacer is dropped")
-		assert.Zero(t, l.word.Load()&pacedBit, "the paced flag is clear")
-		assert.True(t, l.idle(time.Now()))
 	})
 }
 
-// A waiter for a place among the key's attempts in flight gives up with
-// its context; a busy key is not idle.
-func TestPaceSlotsEdges(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var s slots
-		require.NoError(t, s.acquire(t.Context(), 1, false))
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error)
-		go func() { done <- s.acquire(ctx, 1, false) }()
-		synctest.Wait()
-		cancel()
-		require.ErrorIs(t, <-done, context.Canceled)
-		l := newLane(NewBreaker(BreakerConfig{}), hostKey{})
-		l.slots.Store(&s)
-		assert.False(t, l.idle(time.Now()), "an attempt in flight")
-		s.release()
-		assert.True(t, l.idle(time.Now()))
-	})
-}
-
-// In slow start the wait ahead is estimated along the doubling curve: 100
-// requests queued at 10/s doubling every 200 ms are served in about 1.03 s,
-// not 10 s; a request with 3 s left waits its turn.
+// In slow start a request with 3 s left waits its turn: 100 requests
+// queued at 10/s doubling every 200 ms are served in about 1.03 s, not
+// 10 s (the estimate is perkey's TestPaceSlowStartEstimate).
 func TestPaceSlowStartEstimate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		p := newPacer(time.Now())
-		d := p.aheadLocked(time.Now(), 100)
-		assert.InDelta(t, 1.03, d.Seconds(), 0.01) // 0.2·log2(1 + 100·ln2/(10·0.2))
 		tr := New(newNext(reply{status: 200}), WithBreaker(nil), WithBudget(nil))
-		l := tr.lanes.lane(keyOf(mustParse(t, testURL)))
-		l.throttle(time.Now(), 0)
+		l := tr.lanes.Lane(keyOf(mustParse(t, testURL)))
+		l.Done(perkey.Ticket{}, perkey.Outcome{Cut: true})
 		var wg sync.WaitGroup
 		var ok atomic.Int64
 		for range 100 {

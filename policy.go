@@ -1,8 +1,9 @@
 package retryhttp
 
 import (
-	"math/rand/v2"
 	"time"
+
+	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
 // Default policy parameters. A policy field that is zero or negative takes
@@ -22,8 +23,27 @@ const (
 // from n and prev, the previous delay drawn for the same host (0 when there
 // is none). Implementations must be safe for concurrent use and must never
 // return a negative delay.
+//
+// A Policy may also have a method
+//
+//	MaxDelay() time.Duration
+//
+// that reports the longest delay it draws, as the policies of this package
+// do. RetryAt spreads the callers it sends back after an open circuit or
+// an empty budget over that window, as a retry far into its sequence would
+// be drawn; a Policy without the method is spread over 30 s, the default
+// policy's cap, and one whose MaxDelay is 0 is not spread.
 type Policy interface {
 	Delay(n int, prev time.Duration) time.Duration
+}
+
+// maxDelay returns the longest delay p draws, as its MaxDelay method
+// reports it, or the default cap for a Policy without one.
+func maxDelay(p Policy) time.Duration {
+	if m, ok := p.(interface{ MaxDelay() time.Duration }); ok {
+		return m.MaxDelay()
+	}
+	return defaultCap
 }
 
 // FullJitter draws the delay uniformly from [0, min(Cap, Base·2^(n−1))).
@@ -40,6 +60,9 @@ func (p FullJitter) Delay(n int, _ time.Duration) time.Duration {
 	return uniform(0, bound(n, p.Base, p.Cap))
 }
 
+// MaxDelay returns the longest delay p draws: its cap.
+func (p FullJitter) MaxDelay() time.Duration { return bound(64, p.Base, p.Cap) }
+
 // EqualJitter draws the delay uniformly from [d/2, d) where
 // d = min(Cap, Base·2^(n−1)): half the variance of FullJitter, with a floor.
 // Zero or negative fields mean the defaults, a base of 200 ms and a cap of 30 s. EqualJitter is
@@ -54,6 +77,9 @@ func (p EqualJitter) Delay(n int, _ time.Duration) time.Duration {
 	d := bound(n, p.Base, p.Cap)
 	return d/2 + uniform(0, d-d/2)
 }
+
+// MaxDelay returns the longest delay p draws: its cap.
+func (p EqualJitter) MaxDelay() time.Duration { return bound(64, p.Base, p.Cap) }
 
 // DecorrelatedJitter draws the delay uniformly from [Base, 3·prev], capped at
 // Cap, where prev is the previous delay drawn for the same host (Base when
@@ -83,6 +109,13 @@ func (p DecorrelatedJitter) Delay(_ int, prev time.Duration) time.Duration {
 	return base + uniform(0, hi-base+1)
 }
 
+// MaxDelay returns the longest delay p draws: its cap, or its base when
+// that is larger.
+func (p DecorrelatedJitter) MaxDelay() time.Duration {
+	base, maxd := defaults(p.Base, p.Cap)
+	return max(maxd, base)
+}
+
 // Exponential is plain exponential backoff without jitter: the delay is
 // exactly min(Cap, Base·2^(n−1)). Every client that failed together retries
 // together; it exists for comparison and for callers that add their own
@@ -98,6 +131,9 @@ func (p Exponential) Delay(n int, _ time.Duration) time.Duration {
 	return bound(n, p.Base, p.Cap)
 }
 
+// MaxDelay returns the longest delay p draws: its cap.
+func (p Exponential) MaxDelay() time.Duration { return bound(64, p.Base, p.Cap) }
+
 // Immediate retries without waiting. It exists to show, in benchmarks, what
 // retrying without backoff does to a failing endpoint; a Retry-After header
 // still applies. Immediate is safe for concurrent use.
@@ -105,6 +141,10 @@ type Immediate struct{}
 
 // Delay implements Policy.
 func (Immediate) Delay(int, time.Duration) time.Duration { return 0 }
+
+// MaxDelay returns 0: Immediate never waits, so RetryAt does not spread
+// the callers it sends back.
+func (Immediate) MaxDelay() time.Duration { return 0 }
 
 // defaults returns base and cap with the defaults applied to fields that are
 // zero or negative.
@@ -135,11 +175,6 @@ func bound(n int, base, maxd time.Duration) time.Duration {
 }
 
 // uniform returns a duration drawn uniformly from [lo, lo+width); width <= 0
-// yields lo. The generator is math/rand/v2's, seeded per process and safe
-// for concurrent use.
-func uniform(lo, width time.Duration) time.Duration {
-	if width <= 0 {
-		return lo
-	}
-	return lo + time.Duration(rand.Int64N(int64(width)))
-}
+// yields lo (see perkey.Uniform: seeded per process, safe for concurrent
+// use).
+func uniform(lo, width time.Duration) time.Duration { return perkey.Uniform(lo, width) }

@@ -1,8 +1,7 @@
-package retryhttp
+package perkey
 
 import (
 	"fmt"
-	"net/url"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -14,42 +13,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestKeyOf checks that one host has one key however its URL spells it.
-func TestKeyOf(t *testing.T) {
-	for _, tc := range []struct{ a, b string }{
-		{"http://example.test/x", "http://EXAMPLE.test:80/y"},
-		{"https://example.test/", "https://example.test:443/"},
-	} {
-		ua, err := url.Parse(tc.a)
-		require.NoError(t, err)
-		ub, err := url.Parse(tc.b)
-		require.NoError(t, err)
-		require.Equal(t, keyOf(ua), keyOf(ub), "%s and %s", tc.a, tc.b)
-	}
-	ua, _ := url.Parse("http://example.test/")
-	ub, _ := url.Parse("https://example.test/")
-	require.NotEqual(t, keyOf(ua), keyOf(ub), "the scheme is part of the host")
-	uc, _ := url.Parse("http://example.test:8080/")
-	require.NotEqual(t, keyOf(ua), keyOf(uc), "so is a port other than the default")
-}
-
 // TestTableEvictionRacingGet holds an eviction in the middle of its pass,
 // at the entry of one host, while a get for that host caches the entry the
 // eviction is about to drop. Afterwards the host must be served by the entry
 // the map holds, not by the dropped one: two entries for one host would
 // split a circuit's state or double a per-host budget.
 func TestTableEvictionRacingGet(t *testing.T) {
-	target := hostKey{scheme: "http", host: "target.test"}
+	target := Key{Scheme: "http", Host: "target.test"}
 	var (
-		tb      = table[*int]{max: 4}
+		tb      = Table[*int]{Max: 4}
 		made    atomic.Int64
 		paused  = make(chan struct{})
 		resume  = make(chan struct{})
 		holding atomic.Bool
 	)
-	mk := func(hostKey) *int { v := int(made.Add(1)); return &v }
-	first := tb.get(target, mk)
-	tb.idle = func(v *int, _ time.Time) bool {
+	mk := func(Key) *int { v := int(made.Add(1)); return &v }
+	first := tb.Get(target, mk)
+	tb.Idle = func(v *int, _ time.Time) bool {
 		if v == first && holding.CompareAndSwap(false, true) {
 			close(paused)
 			<-resume
@@ -57,22 +37,22 @@ func TestTableEvictionRacingGet(t *testing.T) {
 		return true
 	}
 	// Fill the table; the next insertion evicts, target first.
-	for i := 1; i < tb.max; i++ {
-		tb.get(hostKey{scheme: "http", host: fmt.Sprintf("h%d.test", i)}, mk)
+	for i := 1; i < tb.Max; i++ {
+		tb.Get(Key{Scheme: "http", Host: fmt.Sprintf("h%d.test", i)}, mk)
 	}
 	evicted := make(chan struct{})
 	go func() {
 		defer close(evicted)
-		tb.get(hostKey{scheme: "http", host: "trigger.test"}, mk)
+		tb.Get(Key{Scheme: "http", Host: "trigger.test"}, mk)
 	}()
 	<-paused
 	// The eviction holds target's entry: it is still in the map, so this get
 	// caches it.
-	require.Same(t, first, tb.get(target, mk))
+	require.Same(t, first, tb.Get(target, mk))
 	close(resume)
 	<-evicted
 
-	got := tb.get(target, mk)
+	got := tb.Get(target, mk)
 	e, ok := tb.m.Load(target)
 	require.True(t, ok, "the host has an entry in the map after the eviction")
 	require.Same(t, e.(*entry[*int]).v, got, "the host is served by the map's entry, not a dropped one")
@@ -86,31 +66,23 @@ func TestTableEvictionRacingGet(t *testing.T) {
 // tried, as with 20,000, against at most 64.
 func TestTableBounded(t *testing.T) {
 	t.Parallel() // heavy; shares nothing with other tests
-	tb := table[*int]{max: 1000}
+	tb := Table[*int]{Max: 1000}
 	calls, most := 0, 0
-	tb.idle = func(*int, time.Time) bool { calls++; return calls%50 == 0 } // rarely idle
+	tb.Idle = func(*int, time.Time) bool { calls++; return calls%50 == 0 } // rarely idle
 	for i := range 5_000 {
 		calls = 0
-		tb.get(hostKey{scheme: "http", host: fmt.Sprintf("h%d.test", i)}, func(hostKey) *int { return new(int) })
+		tb.Get(Key{Scheme: "http", Host: fmt.Sprintf("h%d.test", i)}, func(Key) *int { return new(int) })
 		most = max(most, calls)
 	}
 	assert.LessOrEqual(t, most, 2*clockSteps, "idle checks in one insertion")
 
 	raw := "http://owned.test/?secret=" + strings.Repeat("s", 4096)
-	k := keyOf(mustParse(t, raw))
-	tb.get(k, func(hostKey) *int { return new(int) })
+	k := KeyOf(mustParse(t, raw))
+	tb.Get(k, func(Key) *int { return new(int) })
 	e, ok := tb.m.Load(k)
 	require.True(t, ok)
-	kept := e.(*entry[*int]).k.host
-	assert.NotSame(t, unsafe.StringData(k.host), unsafe.StringData(kept), "the kept key shares the URL's bytes")
-}
-
-// mustParse parses a URL the test wrote.
-func mustParse(t *testing.T, raw string) *url.URL {
-	t.Helper()
-	u, err := url.Parse(raw)
-	require.NoError(t, err)
-	return u
+	kept := e.(*entry[*int]).k.Host
+	assert.NotSame(t, unsafe.StringData(k.Host), unsafe.StringData(kept), "the kept key shares the URL's bytes")
 }
 
 // An entry just inserted belongs to a request that has not yet used it (a
@@ -123,9 +95,9 @@ func TestTableKeepsNewEntries(t *testing.T) {
 	t.Parallel() // shares nothing with other tests
 
 	const keep = 10 // insertions a new entry survives, at the least
-	tb := table[*int]{max: 1000, idle: func(*int, time.Time) bool { return true }}
-	mk := func(hostKey) *int { return new(int) }
-	key := func(i int) hostKey { return hostKey{scheme: "http", host: fmt.Sprintf("h%d.test", i)} }
+	tb := Table[*int]{Max: 1000, Idle: func(*int, time.Time) bool { return true }}
+	mk := func(Key) *int { return new(int) }
+	key := func(i int) Key { return Key{Scheme: "http", Host: fmt.Sprintf("h%d.test", i)} }
 	for i := range 5000 {
 		tb.insert(key(i), mk) // as get does, before it marks the entry used
 		if i >= keep {
@@ -133,33 +105,7 @@ func TestTableKeepsNewEntries(t *testing.T) {
 			require.True(t, ok, "host %d evicted within %d insertions of its own", i-keep, keep)
 		}
 	}
-	assert.Equal(t, tb.max, tb.len(), "entries held")
-}
-
-// hasUpper reads eight bytes at a time; it must answer as a byte-by-byte
-// loop does, for every byte value at every position and for hosts of every
-// length around a word's.
-func TestHasUpper(t *testing.T) {
-	t.Parallel() // shares nothing with other tests
-	naive := func(s string) bool {
-		for i := 0; i < len(s); i++ {
-			if 'A' <= s[i] && s[i] <= 'Z' {
-				return true
-			}
-		}
-		return false
-	}
-	const base = "abcdefghijklmnopqrstuvw"
-	for n := range len(base) + 1 {
-		require.False(t, hasUpper(base[:n]), "%q", base[:n])
-		for pos := range n {
-			for c := range 256 {
-				b := []byte(base[:n])
-				b[pos] = byte(c)
-				require.Equal(t, naive(string(b)), hasUpper(string(b)), "%q", b)
-			}
-		}
-	}
+	assert.Equal(t, tb.Max, tb.Len(), "entries held")
 }
 
 // Hosts that differ in a few bytes anywhere (tenants numbered in the middle

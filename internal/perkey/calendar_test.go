@@ -1,4 +1,4 @@
-package retryhttp
+package perkey
 
 import (
 	"testing"

@@ -1,0 +1,139 @@
+package retryhttp
+
+import (
+	"errors"
+	"time"
+
+	"github.com/retryhttp/retryhttp/internal/perkey"
+)
+
+// admit asks the key's lane to let the next attempt through. Without a
+// lane, nothing needs asking until some key has been held or paced: then
+// the request looks its key's lane up (perhaps after waiting its
+// first-attempt jitter while the first hold came).
+func (r *retrier) admit() error {
+	if r.lane == nil {
+		if !r.t.lanes.Flagged() {
+			return nil
+		}
+		r.lane = r.t.lanes.Lane(r.keyOf())
+	}
+	tk, trs, err := r.lane.Admit(r.req.Context(), perkey.Limits{MaxInFlight: r.s.maxInFlight, RefuseInFlight: r.s.refuseInFlight})
+	r.ticket, r.admitted = tk, err == nil
+	if err != nil || trs.Any() {
+		return r.admitSlow(trs, err)
+	}
+	return nil
+}
+
+// admitSlow finishes an admission that made changes or was refused: it
+// reports the changes, and while the key is held it waits for the hold's
+// end, plus a spread drawn like a Retry-After's so that the held requests
+// do not return together, when the request's deadline allows and its
+// waits for holds stay within its Retry-After clamp; then it asks again.
+func (r *retrier) admitSlow(trs perkey.Transitions, err error) error {
+	var waited time.Duration
+	for {
+		r.report(trs)
+		held, ok := err.(*perkey.HeldError)
+		if !ok {
+			return r.refused(err)
+		}
+		r.t.stats.held.Add(1)
+		wait := time.Until(held.Until) + perkey.Uniform(0, r.s.retryAfterSpread)
+		dl, hasDeadline := r.req.Context().Deadline()
+		if waited+wait > r.s.maxRetryAfter+r.s.retryAfterSpread || hasDeadline && !time.Now().Add(wait).Before(dl) {
+			return &heldError{until: held.Until}
+		}
+		if serr := r.sleep(wait); serr != nil {
+			return serr
+		}
+		waited += wait
+		var tk perkey.Ticket
+		tk, trs, err = r.lane.Admit(r.req.Context(), perkey.Limits{MaxInFlight: r.s.maxInFlight, RefuseInFlight: r.s.refuseInFlight})
+		r.ticket, r.admitted = tk, err == nil
+	}
+}
+
+// refused turns a refusal of the key's lane into the transport's error,
+// counting the circuit's refusals; nil stays nil, and the context's error
+// stays as it is.
+func (r *retrier) refused(err error) error {
+	switch err {
+	case nil:
+		return nil
+	case perkey.ErrOpen:
+		r.t.stats.circuitRejected.Add(1)
+		return ErrCircuitOpen
+	case perkey.ErrIsolated:
+		r.t.stats.circuitRejected.Add(1)
+		return errIsolated
+	case perkey.ErrSlots:
+		return ErrConcurrencyLimit
+	case perkey.ErrPaced:
+		return errPaced
+	}
+	return err
+}
+
+// admitReason names why admission failed.
+func admitReason(err error) Reason {
+	switch {
+	case errors.Is(err, ErrHeld):
+		return ReasonHeld
+	case errors.Is(err, ErrCircuitOpen):
+		return ReasonCircuitOpen
+	case errors.Is(err, ErrConcurrencyLimit):
+		return ReasonConcurrencyLimit
+	case err == errPaced:
+		return ReasonDeadline
+	}
+	return ReasonContextDone
+}
+
+// report passes the changes a call to the key's lane made to the hooks,
+// to BreakerConfig.OnStateChange and to a fleet, after the lane's lock has
+// been released. Most calls make none.
+func (r *retrier) report(trs perkey.Transitions) {
+	if trs.Any() {
+		r.reportAll(trs)
+	}
+}
+
+func (r *retrier) reportAll(trs perkey.Transitions) {
+	for _, tr := range trs.List() {
+		if tr.Changed() && r.hooks.any() {
+			fire(r.hooks, (*Hooks).circuitChange, CircuitChangeInfo{Key: r.keyOf().String(), From: State(tr.From), To: State(tr.To), Until: tr.Until})
+		}
+		if r.t.breaker != nil {
+			r.t.breaker.notify(r.lane, tr, true)
+		}
+	}
+}
+
+// ErrHeld is wrapped by the error of a request whose key is held: a server
+// asked, with a long Retry-After, for no request before an instant that the
+// request could not wait for (its deadline, or its Retry-After clamp, comes
+// first). Error.Until says when the hold ends.
+var ErrHeld = errors.New("retryhttp: held by the server's Retry-After")
+
+// heldError refuses an attempt while the key is held.
+type heldError struct{ until time.Time }
+
+func (e *heldError) Error() string        { return ErrHeld.Error() + " until " + e.until.Format(time.RFC3339) }
+func (e *heldError) Is(target error) bool { return target == ErrHeld }
+
+// errIsolated refuses the requests to a key an operator isolated.
+var errIsolated = &isolatedError{}
+
+type isolatedError struct{}
+
+func (*isolatedError) Error() string        { return "retryhttp: circuit open: isolated by an operator" }
+func (*isolatedError) Is(target error) bool { return target == ErrCircuitOpen }
+
+// holdThreshold is the shortest Retry-After that holds its key: as long as
+// the breaker's shortest open time. A server that asks for that long has
+// said what the breaker would need seconds of failures to learn, and every
+// request to the key, not only the one answered, should wait. A shorter
+// wait paces that one request, which its retry's delay obeys.
+const holdThreshold = defaultBreakerOpenFor

@@ -1,0 +1,53 @@
+package retryhttp
+
+import "time"
+
+// facts are what decide knows of a failed attempt, as plain values.
+type facts struct {
+	retryable    bool   // classify found the outcome worth retrying
+	why          Reason // classify's reason when it is not
+	ctxDone      bool   // the caller's context has ended
+	attemptsLeft int    // attempts the request may still make
+	idempotent   bool   // the request may be sent more than once
+	reached      bool   // the attempt reached the server, or may have
+	replayable   bool   // the body can be sent again
+	circuitOpen  bool   // the key's circuit is open now
+	delay        time.Duration
+	now          time.Time
+	deadline     time.Time // the context's; zero if it has none
+}
+
+// decide answers whether a failed attempt is retried: ReasonNone if it is,
+// otherwise why not. Its cases are checked in the order they apply, and
+// each has its reason; what is not shown to be safe is not retried.
+func decide(f facts) Reason {
+	switch {
+	case !f.retryable:
+		// Nothing a retry could mend: a status outside the retried ones,
+		// a certificate error, what WithRetryIf rejects, or the caller's
+		// own context ending during the attempt.
+		return f.why
+	case f.ctxDone:
+		// The caller has gone: nobody would read the retry's answer.
+		return ReasonContextDone
+	case f.attemptsLeft <= 0:
+		return ReasonAttemptsUsed
+	case !f.idempotent && f.reached:
+		// Sending it again could apply it twice; only a request that
+		// never reached the server may go again whatever its method.
+		return ReasonNotIdempotent
+	case !f.replayable:
+		return ReasonBodyNotReplayable
+	case f.circuitOpen:
+		// Open now, by this failure or by others while this attempt was
+		// in flight: no retry would be let through, so none is scheduled
+		// and no token spent.
+		return ReasonCircuitOpen
+	case f.deadline.IsZero() || f.now.Add(f.delay).Before(f.deadline):
+		// Every check passed, and the retry can be sent before the
+		// caller's deadline.
+		return ReasonNone
+	}
+	// Sleeping would outlive the caller's deadline: return now.
+	return ReasonDeadline
+}

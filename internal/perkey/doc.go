@@ -1,0 +1,21 @@
+// Package perkey owns everything the transport remembers about a key (by
+// default scheme://host[:port]): the circuit, the hold, the send rate and
+// the attempts in flight, the previous delay a policy grows from, and where
+// RetryAt has sent the key's callers back. Nothing outside this package
+// reads or writes that state except through its methods.
+//
+// A request deals with its key's Lane in two steps, in the manner of
+// gobreaker's two-step breaker: Admit hands out a Ticket (or refuses), and
+// Done records the outcome of the attempt the Ticket admitted, exactly
+// once; Done also frees what the Ticket held (a half-open probe's place, a
+// place among the attempts in flight). Every call that changes a state
+// returns the Transitions it made, so that the caller reports them after
+// the lane's lock is released, never under it.
+//
+// One file per mechanism: key.go (the key and its parsing), table.go (the
+// bounded table and how entries leave it), lane.go (the lane and its fast
+// path), circuit.go (trip, open, half-open and the one close rule),
+// hold.go, pace.go (the adaptive send rate), slots.go (the concurrency
+// limit), queue.go (the one waiter queue both use), calendar.go (RetryAt's
+// spread), view.go (one locked read of a lane) and transition.go.
+package perkey

@@ -1,0 +1,407 @@
+package perkey
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config configures a Set. The root package fills in its defaults; here
+// every field is taken as it is.
+type Config struct {
+	// Circuits: lanes trip, open and half-open. Without it they keep the
+	// rest (holds, send rates, policy memory) and never open.
+	Circuits     bool
+	Span         time.Duration // how long failures must persist before a trip
+	MinFailures  int           // failures a trip needs
+	FailureRatio float64       // share of failures among outcomes a trip needs
+	OpenFor      time.Duration // shortest open time
+	OpenJitter   time.Duration // width of the random time added to OpenFor; <= 0: none
+	Probes       int           // probes a half-open circuit lets through at once
+	MaxKeys      int           // lanes held before idle ones leave; 0: DefaultMaxKeys
+}
+
+// Set holds the lanes of one breaker, or of a transport without one, in a
+// bounded table (see Table for how a lane leaves memory). It is safe for
+// concurrent use.
+type Set struct {
+	cfg   Config
+	table Table[*Lane]
+	// flagged: some lane has been held or paced. Until then a transport
+	// that needs lanes for nothing else skips the look-up on its success
+	// path.
+	flagged atomic.Bool
+}
+
+// NewSet returns an empty Set configured by c.
+func NewSet(c Config) *Set {
+	s := &Set{cfg: c}
+	s.table.Idle = (*Lane).idle
+	s.table.Max = c.MaxKeys
+	return s
+}
+
+// Config returns the Set's configuration.
+func (s *Set) Config() Config { return s.cfg }
+
+// Lane returns the key's lane, creating it if needed.
+func (s *Set) Lane(k Key) *Lane {
+	return s.table.Get(k, func(k Key) *Lane { return &Lane{set: s, key: k} })
+}
+
+// Peek returns the key's lane, or nil if the Set holds none.
+func (s *Set) Peek(k Key) *Lane { return s.table.Peek(k) }
+
+// Lanes returns every lane the Set holds.
+func (s *Set) Lanes() []*Lane { return s.table.Values() }
+
+// Len returns how many lanes the Set holds.
+func (s *Set) Len() int { return s.table.Len() }
+
+// Flagged reports whether some lane has been held or paced.
+func (s *Set) Flagged() bool { return s.flagged.Load() }
+
+func (s *Set) flag() {
+	if !s.flagged.Load() {
+		s.flagged.Store(true)
+	}
+}
+
+// The refusals of Admit and Sleep. The root package turns each into its
+// own error, which names the reason to the caller.
+var (
+	ErrOpen     = errors.New("circuit open")
+	ErrIsolated = errors.New("circuit open: isolated by an operator")
+	ErrSlots    = errors.New("concurrency limit reached")
+	ErrPaced    = errors.New("the key's send rate leaves no room before the deadline")
+)
+
+// HeldError refuses an attempt while the key is held.
+type HeldError struct{ Until time.Time }
+
+func (e *HeldError) Error() string { return "held until " + e.Until.Format(time.RFC3339) }
+
+// Lane is one key's memory: its circuit, its hold, its send rate and
+// attempts in flight, and the previous delay that a policy such as
+// DecorrelatedJitter grows from. The circuit and the previous delay are
+// reset by a success, never by time alone; a hold ends at its instant.
+//
+// Concurrency: word is read without the lock (the closed, unheld path of
+// every request is that one load) and written only under mu; failing, succ
+// and prev are atomics so that a success on the closed path takes no lock;
+// the rest is guarded by mu. A success that read failing just before a
+// failure period ends may be counted into the next period: harmless, as it
+// only makes the next trip a little less likely. Lock order: mu before a
+// pacer's or a slots' own mutex.
+type Lane struct {
+	set *Set
+	key Key // the table's own copy
+	// word is the circuit's state in its low 2 bits, the held flag in bit
+	// 2, the paced flag in bit 3 and the generation above them, so that one
+	// atomic load tells a request all of them. The generation grows at
+	// every change of circuit state; an outcome from an earlier generation
+	// is ignored (a request admitted before the circuit opened must not
+	// count against the next closed period).
+	word atomic.Uint64
+	// failing is set while a failure period is under way; only then do
+	// successes pay for an atomic add to succ.
+	failing atomic.Bool
+	succ    atomic.Int64 // successes during the failure period
+	prev    atomic.Int64 // previous delay drawn for this key
+	// pace limits the key's send rate after it throttled; nil, with the
+	// paced bit clear, for a key that never did (or recovered since).
+	pace  atomic.Pointer[pacer]
+	slots atomic.Pointer[slots]    // attempts in flight, when limited
+	due   atomic.Pointer[calendar] // where Spread has sent callers back; nil until it first does
+
+	mu        sync.Mutex
+	since     time.Time // first failure of the period; guarded by mu
+	fails     int       // failures in the period; guarded by mu
+	changed   time.Time // when the circuit last changed state; guarded by mu
+	openUntil time.Time // when an open circuit may half-open; guarded by mu
+	episode   time.Time // when the circuit last opened; guarded by mu
+	isolated  bool      // open until an operator resets it; guarded by mu
+	holdUntil time.Time // no attempt before then, while the held bit is set; guarded by mu
+	heldSince time.Time // guarded by mu
+	probes    int       // probes in flight while half-open; guarded by mu
+	sleepers  int       // requests sleeping toward the key; guarded by mu
+	// opened is closed when the circuit opens, to wake the requests
+	// sleeping toward the key. It is made when the first of them starts
+	// sleeping, and while the circuit is open it is closedChan.
+	opened chan struct{} // guarded by mu
+}
+
+const (
+	stateBits = 4      // state, held and paced flags
+	stateMask = 3      // the circuit's state
+	heldBit   = 1 << 2 // a hold is in force
+	pacedBit  = 1 << 3 // the key's send rate is limited (see pacer)
+	flagBits  = heldBit | pacedBit
+	// fastMask: none of these set means closed, not held, not paced.
+	fastMask = 1<<stateBits - 1
+)
+
+func unpack(w uint64) (State, uint64) { return State(w & stateMask), w >> stateBits }
+
+// Key returns the lane's key.
+func (l *Lane) Key() Key { return l.key }
+
+// Config returns the configuration of the lane's Set.
+func (l *Lane) Config() Config { return l.set.cfg }
+
+// Limits are what one request's admission is bound by, besides the key's
+// own state.
+type Limits struct {
+	// MaxInFlight is how many attempts to the key may be in flight at
+	// once; 0 means no limit.
+	MaxInFlight int
+	// RefuseInFlight refuses an attempt over MaxInFlight (with ErrSlots)
+	// rather than letting it wait its turn.
+	RefuseInFlight bool
+}
+
+// Ticket is what Admit hands an attempt, and the only way to record its
+// outcome: pass it to Done exactly once.
+//
+// It is two words, so that the success path hands it around in registers:
+// the circuit's generation at admission, and the pacer's generation the
+// attempt went at with the ticket's flags in its low bits.
+type Ticket struct {
+	gen  uint64
+	pace uint64 // pacer generation << ticketBits | flags
+}
+
+// The flags of a Ticket.
+const (
+	probeFlag  = 1 << iota // a half-open probe: holds one of the probe places
+	pacedFlag              // went through the key's pacer
+	slotFlag               // holds a place among the attempts in flight
+	ticketBits = iota
+)
+
+func (t Ticket) has(f uint64) bool { return t.pace&f != 0 }
+func (t *Ticket) set(f uint64)     { t.pace |= f }
+func (t Ticket) paceGen() uint64   { return t.pace >> ticketBits }
+func (t *Ticket) setPaceGen(g uint64) {
+	t.pace = g<<ticketBits | t.pace&(1<<ticketBits-1)
+}
+
+// plain reports a ticket that holds nothing: Done of a success need only
+// count it.
+func (t Ticket) plain() bool { return t.pace&(1<<ticketBits-1) == 0 }
+
+// Kind is what an attempt's outcome tells the key.
+type Kind uint8
+
+// The kinds of outcome.
+const (
+	// None tells nothing: the caller's context ended, a certificate error,
+	// or the attempt was admitted but not sent.
+	None Kind = iota
+	// Success: the host answered with something that is not a retryable
+	// failure.
+	Success
+	// Failure: a retryable failure, which counts toward the circuit.
+	Failure
+	// Throttled: the host is up and asks for less ("too many"). It tells
+	// the circuit nothing: counted as a failure, a batch's first burst,
+	// all answered at once, would trip the circuit of a host that serves
+	// every request it admits. The send rate hears of it through Cut.
+	Throttled
+)
+
+// Outcome is what an attempt's outcome tells the key.
+type Outcome struct {
+	Kind Kind
+	// Cut cuts the key's send rate: the host said "too many" and not when
+	// to come back. The first cut starts pacing the key.
+	Cut bool
+}
+
+// Admit admits an attempt to the key, or refuses it: with ErrOpen or
+// ErrIsolated while the circuit is open or its probes are taken, with a
+// *HeldError while the key is held, with ErrSlots when lim refuses over
+// its limit, with ErrPaced when the key's send rate leaves no room before
+// the deadline, and with ctx's error when it ends while the attempt waits
+// its turn (for the send rate or a place in flight). A closed circuit with
+// no hold, no pacing and no limit admits with one atomic load.
+func (l *Lane) Admit(ctx context.Context, lim Limits) (tk Ticket, trs Transitions, err error) {
+	if w := l.word.Load(); w&fastMask == 0 && lim.MaxInFlight == 0 {
+		tk.gen = w >> stateBits
+		return tk, trs, nil
+	}
+	return l.admitSlow(ctx, lim)
+}
+
+// admitSlow is Admit past its fast path: the circuit and the hold first,
+// then the wait for the send rate, then a place in flight. If a wait
+// fails, the circuit's admission is given back.
+func (l *Lane) admitSlow(ctx context.Context, lim Limits) (Ticket, Transitions, error) {
+	tk, trs, err := l.allow()
+	if err != nil {
+		return tk, trs, err
+	}
+	if tk.has(pacedFlag) {
+		var gen uint64
+		gen, err = l.waitPace(ctx)
+		tk.setPaceGen(gen)
+	}
+	if err == nil && lim.MaxInFlight > 0 {
+		if err = l.slotsOf().acquire(ctx, lim.MaxInFlight, lim.RefuseInFlight); err == nil {
+			tk.set(slotFlag)
+		}
+	}
+	if err != nil {
+		trs.merge(l.Done(tk, Outcome{}))
+		return Ticket{}, trs, err
+	}
+	return tk, trs, nil
+}
+
+// Done records the outcome of the attempt that t admitted, frees the probe
+// place and the place in flight that t holds, and returns the changes it
+// made. Call it exactly once per Ticket.
+func (l *Lane) Done(t Ticket, o Outcome) (trs Transitions) {
+	if o == (Outcome{Kind: Success}) && t.plain() {
+		l.recordSuccess() // the hot path: no lock, nothing to report
+		return trs
+	}
+	return l.doneSlow(t, o)
+}
+
+func (l *Lane) doneSlow(t Ticket, o Outcome) Transitions {
+	if t.has(slotFlag) {
+		l.slotsOf().release()
+	}
+	var trs Transitions
+	trs.add(l.record(t, o.Kind))
+	if o.Cut {
+		l.throttle(time.Now(), t.paceGen())
+	}
+	if t.has(pacedFlag) && o.Kind == Success {
+		if p := l.pace.Load(); p != nil {
+			p.success(t.paceGen())
+		}
+	}
+	return trs
+}
+
+// recordSuccess records a success of an attempt that was not a probe: the
+// hot path, with no lock, and no write unless there is memory to reset.
+func (l *Lane) recordSuccess() {
+	if l.failing.Load() {
+		l.succ.Add(1)
+	}
+	if l.prev.Load() != 0 {
+		l.prev.Store(0)
+	}
+}
+
+// Prev returns the previous delay drawn for the key (0 after a success).
+func (l *Lane) Prev() time.Duration { return time.Duration(l.prev.Load()) }
+
+// SetPrev records d as the key's previous delay.
+func (l *Lane) SetPrev(d time.Duration) { l.prev.Store(int64(d)) }
+
+// IsOpen reports whether the circuit is open now; one atomic load.
+func (l *Lane) IsOpen() bool {
+	state, _ := unpack(l.word.Load())
+	return state == Open
+}
+
+// closedChan is the opened channel of every open circuit.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
+// Sleep waits d before an attempt to the key, ending early with ctx's
+// error when ctx ends, or with ErrOpen when the circuit opens (at once if
+// it is open now). It counts the sleeper, so that the lane does not leave
+// memory under it: a dropped lane would neither wake the sleeper nor
+// refuse its next attempt. It starts no goroutine.
+func (l *Lane) Sleep(ctx context.Context, d time.Duration) error {
+	l.mu.Lock()
+	l.sleepers++
+	if l.opened == nil {
+		l.opened = make(chan struct{})
+	}
+	opened := l.opened
+	l.mu.Unlock()
+	err := sleep(ctx, d, opened)
+	l.mu.Lock()
+	l.sleepers--
+	l.mu.Unlock()
+	return err
+}
+
+// Sleep waits d, or less if ctx ends first (it returns the context's
+// error). It starts no goroutine.
+func Sleep(ctx context.Context, d time.Duration) error { return sleep(ctx, d, nil) }
+
+// sleep waits d, or less if ctx ends first (it returns the context's
+// error) or if opened is closed first (it returns ErrOpen).
+func sleep(ctx context.Context, d time.Duration, opened <-chan struct{}) error {
+	select {
+	case <-opened:
+		return ErrOpen
+	default:
+	}
+	if d <= 0 {
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			// The deadline is now: its timer may not have fired yet, but an
+			// attempt sent at it could not finish.
+			return context.DeadlineExceeded
+		}
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-opened:
+		return ErrOpen
+	}
+}
+
+// idle reports that the lane may leave memory: no probe is in flight, no
+// request sleeps toward the key, no hold or isolation is in force, no
+// attempt waits for the send rate or holds a place in flight, and either
+// the circuit is closed with no failure period under way (none, or one
+// older than twice the span, which the next failure would start afresh),
+// or it is open past its open time, or half-open with no probe in flight,
+// when the next request would probe a key that nobody has asked for since.
+// A policy's previous delay does not keep a lane: a key dropped from
+// memory starts again from Base.
+func (l *Lane) idle(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := l.word.Load()
+	if l.probes != 0 || l.sleepers != 0 || l.isolated || (w&heldBit != 0 && now.Before(l.holdUntil)) {
+		return false
+	}
+	if p := l.pace.Load(); p != nil && !p.free(now) {
+		return false
+	}
+	if s := l.slots.Load(); s != nil && s.busy() {
+		return false
+	}
+	switch state, _ := unpack(w); state {
+	case Closed:
+		return !l.failing.Load() || now.Sub(l.since) > 2*l.set.cfg.Span
+	case Open:
+		return !now.Before(l.openUntil)
+	case HalfOpen:
+		// With no probe in flight (checked above), as an open circuit
+		// past its open time is: its probe told nothing (a throttle, or
+		// its caller gave up), and the next request would probe again.
+		return true
+	}
+	return false
+}

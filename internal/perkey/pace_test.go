@@ -1,0 +1,77 @@
+package perkey
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The pacer's edges: an attempt whose deadline the queue ahead cannot fit
+// is refused at once; one whose context ends while waiting returns its
+// error; a pacer that has grown far past what was throttled lets the key
+// go, and the key costs nothing again.
+func TestPaceEdges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := NewSet(defaults()).Lane(Key{Host: "k"})
+		l.Done(Ticket{}, Outcome{Cut: true}) // paced from now, at 10/s
+		l.pace.Load().lim.AllowN(time.Now(), 1)
+
+		ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
+		defer cancel()
+		_, _, err := l.Admit(ctx, Limits{})
+		require.ErrorIs(t, err, ErrPaced)
+
+		ctx, cancel = context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() {
+			_, _, err := l.Admit(ctx, Limits{})
+			done <- err
+		}()
+		synctest.Wait()
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+
+		time.Sleep(10 * time.Second) // slow start has long passed 10,000/s
+		tk, _, err := l.Admit(t.Context(), Limits{})
+		require.NoError(t, err)
+		l.Done(tk, Outcome{Kind: Success})
+		assert.Nil(t, l.pace.Load(), "the pacer is dropped")
+		assert.Zero(t, l.word.Load()&pacedBit, "the paced flag is clear")
+		assert.True(t, l.idle(time.Now()))
+	})
+}
+
+// A waiter for a place among the key's attempts in flight gives up with
+// its context; a busy key is not idle.
+func TestPaceSlotsEdges(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var s slots
+		require.NoError(t, s.acquire(t.Context(), 1, false))
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- s.acquire(ctx, 1, false) }()
+		synctest.Wait()
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+		l := NewSet(defaults()).Lane(Key{})
+		l.slots.Store(&s)
+		assert.False(t, l.idle(time.Now()), "an attempt in flight")
+		s.release()
+		assert.True(t, l.idle(time.Now()))
+	})
+}
+
+// In slow start the wait ahead is estimated along the doubling curve: 100
+// requests queued at 10/s doubling every 200 ms are served in about 1.03 s,
+// not 10 s.
+func TestPaceSlowStartEstimate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPacer(time.Now())
+		d := p.aheadLocked(time.Now(), 100)
+		assert.InDelta(t, 1.03, d.Seconds(), 0.01) // 0.2·log2(1 + 100·ln2/(10·0.2))
+	})
+}

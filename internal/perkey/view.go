@@ -1,0 +1,71 @@
+package perkey
+
+import "time"
+
+// View is one lane read at one instant, under its lock: what RetryAt, a
+// breaker's snapshot, a local 503 and an error's Until all read.
+type View struct {
+	State State     // Closed, Open or HalfOpen
+	Since time.Time // when the circuit entered State; zero if it never changed
+	// OpenUntil is when an open circuit may let a probe through; the zero
+	// time while isolated, and in the other states.
+	OpenUntil time.Time
+	Isolated  bool // open until an operator resets it
+	// Held reports a hold in force: no attempt before HoldUntil.
+	Held      bool
+	HeldSince time.Time
+	HoldUntil time.Time
+	// Paced reports that the key's send rate is limited; Ahead is how long
+	// the releases of the attempts waiting, and of one more, take.
+	Paced bool
+	Ahead time.Duration
+	// FailingSince is when the current failure period began, the zero time
+	// if none is under way; Failures and Successes are its outcomes so far.
+	FailingSince time.Time
+	Failures     int
+	Successes    int64
+	// What the lane holds for requests: probes in flight while half-open,
+	// and requests sleeping toward the key.
+	Probes, Sleepers int
+}
+
+// View reads the lane at now. A hold whose time has come is over.
+func (l *Lane) View(now time.Time) View {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := l.word.Load()
+	state, _ := unpack(w)
+	v := View{State: state, Since: l.changed, Isolated: l.isolated, Probes: l.probes, Sleepers: l.sleepers}
+	if l.failing.Load() {
+		v.FailingSince, v.Failures, v.Successes = l.since, l.fails, l.succ.Load()
+	}
+	if state == Open && !l.isolated {
+		v.OpenUntil = l.openUntil
+	}
+	if w&heldBit != 0 && now.Before(l.holdUntil) {
+		v.Held, v.HeldSince, v.HoldUntil = true, l.heldSince, l.holdUntil
+	}
+	if p := l.pace.Load(); p != nil {
+		p.mu.Lock()
+		v.Paced, v.Ahead = true, p.aheadLocked(now, p.queue.len()+1)
+		p.mu.Unlock()
+	}
+	return v
+}
+
+// ProbeAt returns when the key may next be tried, as of now: when a hold
+// or an open circuit's open time ends, whichever is later, or now. An
+// isolated key has no such instant: the zero time.
+func (v View) ProbeAt(now time.Time) time.Time {
+	if v.Isolated {
+		return time.Time{}
+	}
+	at := now
+	if v.State == Open && v.OpenUntil.After(at) {
+		at = v.OpenUntil
+	}
+	if v.Held && v.HoldUntil.After(at) {
+		at = v.HoldUntil
+	}
+	return at
+}
