@@ -162,7 +162,7 @@ func stateful(p Policy) bool {
 // NewBreaker(BreakerConfig{}) when this option is not given. Pass the same
 // Breaker to several transports to share it.
 func WithBreaker(b *Breaker) Option {
-	return transportOption("WithBreaker", func(t *Transport) { t.breaker = b })
+	return newTransportOption("WithBreaker", func(t *Transport) { t.breaker = b })
 }
 
 // State is the state of one host's circuit.

@@ -245,5 +245,5 @@ func (k *bucket) idle(now time.Time) bool {
 // NewBudget(BudgetConfig{}) when this option is not given. Pass the same
 // Budget to several transports to share it.
 func WithBudget(b *Budget) Option {
-	return transportOption("WithBudget", func(t *Transport) { t.budget = b })
+	return newTransportOption("WithBudget", func(t *Transport) { t.budget = b })
 }

@@ -153,7 +153,7 @@ func NewFleet(s Store, c FleetConfig) *Fleet {
 // WithFleet shares the transport's breaker and budget through f. nil means
 // none (the default).
 func WithFleet(f *Fleet) Option {
-	return transportOption("WithFleet", func(t *Transport) { t.fleet = f })
+	return newTransportOption("WithFleet", func(t *Transport) { t.fleet = f })
 }
 
 // attach makes f share b and bu; either may be nil.

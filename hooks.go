@@ -88,7 +88,7 @@ type CircuitChangeInfo struct {
 // WithHooks sets hooks called for every request through the transport; nil
 // means none.
 func WithHooks(h *Hooks) Option {
-	return transportOption("WithHooks", func(t *Transport) { t.hooks = h })
+	return newTransportOption("WithHooks", func(t *Transport) { t.hooks = h })
 }
 
 // ContextWithHooks returns a copy of ctx carrying hooks for the requests made

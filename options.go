@@ -7,8 +7,11 @@ import (
 	"time"
 )
 
-// Option adjusts a Transport in New, or one request through
-// ContextWithOptions.
+// Option configures a Transport in New. The options that shape one
+// request's retries return a RequestOption, which a request may also carry
+// through ContextWithOptions; the options that return a plain Option set
+// state or behaviour that a Transport shares between its requests (a
+// budget, a breaker, hooks, the key), and only New takes them.
 //
 // Every option follows one rule for its argument. Zero (0 or nil) turns
 // off what can be off: retries (WithMaxAttempts(0) sends each request
@@ -17,29 +20,43 @@ import (
 // attempt timeout. For a choice that cannot be off (the policy, the retry
 // and idempotency tests, the key) zero restores the default. A negative
 // number or duration has no meaning, and the option panics, naming itself.
-type Option struct {
+type Option interface {
+	applyTransport(*Transport)
+}
+
+// RequestOption is an Option that one request may take too, through
+// ContextWithOptions: it shapes that request's own retries. Given to New,
+// it sets the Transport's default for every request.
+type RequestOption interface {
+	Option
+	applyRequest(*settings)
+}
+
+// requestOption sets what one request's retries are shaped by.
+type requestOption struct {
 	name string
-	// request sets an option a single request may take too; transport one
-	// that only a Transport takes. Exactly one is set.
-	request   func(*settings)
-	transport func(*Transport)
+	f    func(*settings)
 }
 
-func requestOption(name string, f func(*settings)) Option {
-	return Option{name: name, request: f}
+func (o requestOption) applyTransport(t *Transport) { o.f(&t.s) }
+func (o requestOption) applyRequest(s *settings)    { o.f(s) }
+func (o requestOption) String() string              { return o.name }
+
+// transportOption sets what a Transport shares between its requests.
+type transportOption struct {
+	name string
+	f    func(*Transport)
 }
 
-func transportOption(name string, f func(*Transport)) Option {
-	return Option{name: name, transport: f}
+func (o transportOption) applyTransport(t *Transport) { o.f(t) }
+func (o transportOption) String() string              { return o.name }
+
+func newRequestOption(name string, f func(*settings)) RequestOption {
+	return requestOption{name: name, f: f}
 }
 
-func (o Option) apply(t *Transport) {
-	switch {
-	case o.request != nil:
-		o.request(&t.s)
-	case o.transport != nil:
-		o.transport(t)
-	}
+func newTransportOption(name string, f func(*Transport)) Option {
+	return transportOption{name: name, f: f}
 }
 
 // nonNegative panics, naming the option, if v is negative.
@@ -51,8 +68,8 @@ func nonNegative[N int | int64 | time.Duration](option string, v N) {
 
 // WithPolicy sets the policy that draws the delay before each retry.
 // nil means the default, FullJitter{} (base 200 ms, cap 30 s).
-func WithPolicy(p Policy) Option {
-	return requestOption("WithPolicy", func(s *settings) {
+func WithPolicy(p Policy) RequestOption {
+	return newRequestOption("WithPolicy", func(s *settings) {
 		if p == nil {
 			p = FullJitter{}
 		}
@@ -62,9 +79,9 @@ func WithPolicy(p Policy) Option {
 
 // WithMaxAttempts sets how many attempts a request may make, the first
 // included: 1 or 0 turns retries off. The default is 4.
-func WithMaxAttempts(n int) Option {
+func WithMaxAttempts(n int) RequestOption {
 	nonNegative("WithMaxAttempts", n)
-	return requestOption("WithMaxAttempts", func(s *settings) { s.maxAttempts = max(n, 1) })
+	return newRequestOption("WithMaxAttempts", func(s *settings) { s.maxAttempts = max(n, 1) })
 }
 
 // WithFirstAttemptJitter delays each request's first attempt by a duration
@@ -72,26 +89,26 @@ func WithMaxAttempts(n int) Option {
 // one batch) does not arrive at one instant. The wait ends early, with the
 // context's error, if the request's context ends. 0 turns it off (the
 // default).
-func WithFirstAttemptJitter(max time.Duration) Option {
+func WithFirstAttemptJitter(max time.Duration) RequestOption {
 	nonNegative("WithFirstAttemptJitter", max)
-	return requestOption("WithFirstAttemptJitter", func(s *settings) { s.firstJitter = max })
+	return newRequestOption("WithFirstAttemptJitter", func(s *settings) { s.firstJitter = max })
 }
 
 // WithMaxRetryAfter clamps the wait a server's Retry-After header may ask
 // for; the default is 30 s. 0 means a Retry-After
 // never delays a retry beyond the spread.
-func WithMaxRetryAfter(d time.Duration) Option {
+func WithMaxRetryAfter(d time.Duration) RequestOption {
 	nonNegative("WithMaxRetryAfter", d)
-	return requestOption("WithMaxRetryAfter", func(s *settings) { s.maxRetryAfter = d })
+	return newRequestOption("WithMaxRetryAfter", func(s *settings) { s.maxRetryAfter = d })
 }
 
 // WithRetryAfterSpread sets the width of the random spread added above a
 // Retry-After wait, so that clients told the same instant do not return at
 // the same instant. The default is 1 s; 0 means no
 // spread.
-func WithRetryAfterSpread(d time.Duration) Option {
+func WithRetryAfterSpread(d time.Duration) RequestOption {
 	nonNegative("WithRetryAfterSpread", d)
-	return requestOption("WithRetryAfterSpread", func(s *settings) { s.retryAfterSpread = d })
+	return newRequestOption("WithRetryAfterSpread", func(s *settings) { s.retryAfterSpread = d })
 }
 
 // WithRetryIf sets which outcomes of an attempt are retryable: f gets the
@@ -99,8 +116,8 @@ func WithRetryAfterSpread(d time.Duration) Option {
 // own context ending is never retried, whatever f says, and f cannot make a
 // request that may not be sent twice retryable. nil means DefaultRetryIf.
 // f must not read or close the response body.
-func WithRetryIf(f func(*http.Response, error) bool) Option {
-	return requestOption("WithRetryIf", func(s *settings) {
+func WithRetryIf(f func(*http.Response, error) bool) RequestOption {
+	return newRequestOption("WithRetryIf", func(s *settings) {
 		if f == nil {
 			f = DefaultRetryIf
 		}
@@ -114,8 +131,8 @@ func WithRetryIf(f func(*http.Response, error) bool) Option {
 //
 //	always := func(*http.Request) bool { return true }
 //	ctx = retryhttp.ContextWithOptions(ctx, retryhttp.WithIdempotentIf(always))
-func WithIdempotentIf(f func(*http.Request) bool) Option {
-	return requestOption("WithIdempotentIf", func(s *settings) {
+func WithIdempotentIf(f func(*http.Request) bool) RequestOption {
+	return newRequestOption("WithIdempotentIf", func(s *settings) {
 		if f == nil {
 			f = DefaultIdempotentIf
 		}
@@ -129,9 +146,9 @@ func WithIdempotentIf(f func(*http.Request) bool) Option {
 // and not retried. 0 turns buffering off (the default): only bodies with
 // GetBody, such as those http.NewRequest makes from a bytes.Buffer,
 // bytes.Reader or strings.Reader, are replayed.
-func WithBodyBuffer(maxBytes int64) Option {
+func WithBodyBuffer(maxBytes int64) RequestOption {
 	nonNegative("WithBodyBuffer", maxBytes)
-	return requestOption("WithBodyBuffer", func(s *settings) { s.bodyBuffer = maxBytes })
+	return newRequestOption("WithBodyBuffer", func(s *settings) { s.bodyBuffer = maxBytes })
 }
 
 // WithAttemptTimeout gives each attempt d to deliver its response headers.
@@ -143,12 +160,12 @@ func WithBodyBuffer(maxBytes int64) Option {
 // one: a shorter timeout falls within the scheduler's own jitter, so
 // whether an attempt made it would depend on the machine's load, not on the
 // host, and every attempt could fail the same way.
-func WithAttemptTimeout(d time.Duration) Option {
+func WithAttemptTimeout(d time.Duration) RequestOption {
 	nonNegative("WithAttemptTimeout", d)
 	if d > 0 {
 		d = max(d, minAttemptTimeout)
 	}
-	return requestOption("WithAttemptTimeout", func(s *settings) { s.attemptTimeout = d })
+	return newRequestOption("WithAttemptTimeout", func(s *settings) { s.attemptTimeout = d })
 }
 
 // WithAdaptiveRate sets the statuses that limit a key's send rate: an
@@ -167,9 +184,9 @@ func WithAttemptTimeout(d time.Duration) Option {
 // must not have its circuit opened. No status turns it off. A key
 // that has never been throttled costs nothing beyond the look-up of its key's
 // lane, which a transport with a breaker makes anyway.
-func WithAdaptiveRate(statuses ...int) Option {
+func WithAdaptiveRate(statuses ...int) RequestOption {
 	statuses = slices.Clone(statuses)
-	return requestOption("WithAdaptiveRate", func(s *settings) { s.throttleOn = statuses })
+	return newRequestOption("WithAdaptiveRate", func(s *settings) { s.throttleOn = statuses })
 }
 
 // WithConcurrencyLimit allows at most n attempts in flight (sent, response
@@ -181,7 +198,7 @@ func WithAdaptiveRate(statuses ...int) Option {
 // it off (the default).
 func WithConcurrencyLimit(n int, refuse bool) Option {
 	nonNegative("WithConcurrencyLimit", n)
-	return transportOption("WithConcurrencyLimit", func(t *Transport) {
+	return newTransportOption("WithConcurrencyLimit", func(t *Transport) {
 		t.s.maxInFlight, t.s.refuseInFlight = n, refuse
 	})
 }
@@ -201,7 +218,7 @@ func WithConcurrencyLimit(n int, refuse bool) Option {
 // Hooks, errors and the breaker's snapshot report the key. f is called for
 // every request, so it should be cheap; it must not modify the request.
 func WithKey(f func(*http.Request) string) Option {
-	return transportOption("WithKey", func(t *Transport) { t.keyFunc = f })
+	return newTransportOption("WithKey", func(t *Transport) { t.keyFunc = f })
 }
 
 // WithCircuitOpenResponse makes a request that an open circuit refuses get
@@ -216,7 +233,7 @@ func WithKey(f func(*http.Request) string) Option {
 // option (the default) the transport never invents a response: the caller
 // gets an Error wrapping ErrCircuitOpen.
 func WithCircuitOpenResponse() Option {
-	return transportOption("WithCircuitOpenResponse", func(t *Transport) { t.localOpen = true })
+	return newTransportOption("WithCircuitOpenResponse", func(t *Transport) { t.localOpen = true })
 }
 
 // minAttemptTimeout is the shortest attempt timeout WithAttemptTimeout sets.

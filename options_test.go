@@ -43,16 +43,16 @@ func TestOptionRule(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			assert.Equal(t, c.name, c.zero.name)
+			assert.Equal(t, c.name, fmt.Sprint(c.zero))
 			tr := New(nil, c.zero)
 			assert.True(t, c.check(tr), "%s given zero must mean %s", c.name, c.meaning)
 			if c.negative != nil {
 				assert.Contains(t, panicValue(c.negative), "retryhttp: "+c.name+"(-1", "a negative value panics, naming the option")
 			}
-			if c.perRequest {
-				assert.NotPanics(t, func() { ContextWithOptions(t.Context(), c.zero) })
-			} else {
-				assert.Panics(t, func() { ContextWithOptions(t.Context(), c.zero) })
+			ro, perRequest := c.zero.(RequestOption)
+			assert.Equal(t, c.perRequest, perRequest, "%s is a RequestOption", c.name)
+			if perRequest {
+				assert.NotPanics(t, func() { ContextWithOptions(t.Context(), ro) })
 			}
 		})
 	}

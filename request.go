@@ -2,7 +2,6 @@ package retryhttp
 
 import (
 	"context"
-	"fmt"
 	"slices"
 )
 
@@ -13,7 +12,7 @@ type requestKey struct{}
 
 type perRequest struct {
 	hooks *Hooks
-	opts  []func(*settings)
+	opts  []RequestOption
 }
 
 // perRequestOf returns a copy of what ctx carries for the transport, or an
@@ -34,24 +33,16 @@ func perRequestOf(ctx context.Context) *perRequest {
 //
 //	ctx = retryhttp.ContextWithOptions(ctx, retryhttp.WithMaxAttempts(1)) // no retries for this call
 //
-// The options a request may take are those that shape its own retries:
-// WithMaxAttempts, WithPolicy, WithRetryIf, WithIdempotentIf,
-// WithAttemptTimeout, WithMaxRetryAfter, WithRetryAfterSpread,
-// WithFirstAttemptJitter and WithBodyBuffer. The others (WithBudget,
-// WithBreaker, WithHooks, WithKey, WithCircuitOpenResponse) set state or
-// behaviour that a Transport shares between its requests, and
-// ContextWithOptions panics if given one; per-request hooks go through
-// ContextWithHooks. Options set again through a derived context add to the
-// earlier ones, the later winning. A request with no options costs nothing
-// more; one with options pays for a copy of the transport's settings.
-func ContextWithOptions(ctx context.Context, opts ...Option) context.Context {
+// The options a request may take are the RequestOptions: those that shape
+// its own retries. Per-request hooks go through ContextWithHooks. Options
+// set again through a derived context add to the earlier ones, the later
+// winning. A request with no options costs nothing more; one with options
+// pays for a copy of the transport's settings.
+func ContextWithOptions(ctx context.Context, opts ...RequestOption) context.Context {
 	pr := perRequestOf(ctx)
 	for _, o := range opts {
-		if o.request == nil && o.transport != nil {
-			panic(fmt.Sprintf("retryhttp: ContextWithOptions: %s configures a Transport, not one request", o.name))
-		}
-		if o.request != nil {
-			pr.opts = append(pr.opts, o.request)
+		if o != nil {
+			pr.opts = append(pr.opts, o)
 		}
 	}
 	return context.WithValue(ctx, requestKey{}, pr)
@@ -61,8 +52,8 @@ func ContextWithOptions(ctx context.Context, opts ...Option) context.Context {
 // applied.
 func (pr *perRequest) settings(base *settings) *settings {
 	s := *base
-	for _, f := range pr.opts {
-		f(&s)
+	for _, o := range pr.opts {
+		o.applyRequest(&s)
 	}
 	s.stateful = stateful(s.policy)
 	return &s

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,16 +26,16 @@ func TestRequestOptions(t *testing.T) {
 		name      string
 		method    string
 		key       string // Idempotency-Key; "" for none
-		opts      []Option
+		opts      []RequestOption
 		wantCalls int
 	}{
 		{"no options: the transport's 4", http.MethodGet, "", nil, defaultMaxAttempts},
-		{"one attempt for this call", http.MethodGet, "", []Option{WithMaxAttempts(1)}, 1},
-		{"two attempts for this call", http.MethodGet, "", []Option{WithMaxAttempts(2)}, 2},
-		{"a POST without a key marked idempotent", http.MethodPost, "", []Option{WithIdempotentIf(always)}, defaultMaxAttempts},
-		{"a GET marked not idempotent", http.MethodGet, "", []Option{WithIdempotentIf(never)}, 1},
-		{"a POST with a key marked not idempotent", http.MethodPost, "k", []Option{WithIdempotentIf(never)}, 1},
-		{"the later option wins", http.MethodGet, "", []Option{WithMaxAttempts(1), WithMaxAttempts(3)}, 3},
+		{"one attempt for this call", http.MethodGet, "", []RequestOption{WithMaxAttempts(1)}, 1},
+		{"two attempts for this call", http.MethodGet, "", []RequestOption{WithMaxAttempts(2)}, 2},
+		{"a POST without a key marked idempotent", http.MethodPost, "", []RequestOption{WithIdempotentIf(always)}, defaultMaxAttempts},
+		{"a GET marked not idempotent", http.MethodGet, "", []RequestOption{WithIdempotentIf(never)}, 1},
+		{"a POST with a key marked not idempotent", http.MethodPost, "k", []RequestOption{WithIdempotentIf(never)}, 1},
+		{"the later option wins", http.MethodGet, "", []RequestOption{WithMaxAttempts(1), WithMaxAttempts(3)}, 3},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -79,10 +82,15 @@ func TestRequestOptions(t *testing.T) {
 		})
 	})
 
-	t.Run("an option only a Transport takes panics", func(t *testing.T) {
-		for _, o := range []Option{WithBudget(nil), WithBreaker(nil), WithHooks(nil), WithKey(nil), WithCircuitOpenResponse()} {
-			assert.PanicsWithValue(t, "retryhttp: ContextWithOptions: "+o.name+" configures a Transport, not one request",
-				func() { ContextWithOptions(context.Background(), o) })
+	t.Run("an option only a Transport takes does not compile", func(t *testing.T) {
+		t.Parallel()
+		out, err := compileCall(t, "retryhttp.WithMaxAttempts(1)")
+		require.NoError(t, err, "a RequestOption compiles: %s", out)
+		for _, o := range []string{"retryhttp.WithBreaker(nil)", "retryhttp.WithBudget(nil)", "retryhttp.WithHooks(nil)",
+			"retryhttp.WithKey(nil)", "retryhttp.WithFleet(nil)", "retryhttp.WithConcurrencyLimit(1, false)", "retryhttp.WithCircuitOpenResponse()"} {
+			out, err := compileCall(t, o)
+			require.Error(t, err, "ContextWithOptions(ctx, %s) compiled", o)
+			assert.Contains(t, out, "does not implement retryhttp.RequestOption", "%s", o)
 		}
 	})
 }
@@ -201,4 +209,30 @@ func TestRequestNoOptionsAllocs(t *testing.T) {
 		}
 		assert.Equal(t, want, allocs, "%s: allocations per request", name)
 	}
+}
+
+// compileCall builds, in a module of its own that uses this one, a program
+// that calls ContextWithOptions(ctx, opt); it returns the go command's
+// output and its error.
+func compileCall(t *testing.T, opt string) (string, error) {
+	t.Helper()
+	root, err := filepath.Abs(".")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	require.NoError(t, err)
+	files := map[string]string{
+		"go.mod": "module probe\n\ngo 1.26.0\n\nrequire github.com/retryhttp/retryhttp v0.0.0\n\nreplace github.com/retryhttp/retryhttp => " + root + "\n",
+		"go.sum": string(sum),
+		"main.go": "package main\n\nimport (\n\t\"context\"\n\n\t\"github.com/retryhttp/retryhttp\"\n)\n\n" +
+			"func main() { _ = retryhttp.ContextWithOptions(context.Background(), " + opt + ") }\n",
+	}
+	for name, text := range files {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644))
+	}
+	cmd := exec.Command("go", "build", "-o", os.DevNull, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off", "GOPROXY=off")
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }

@@ -81,7 +81,9 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 		breaker: NewBreaker(BreakerConfig{}),
 	}
 	for _, o := range opts {
-		o.apply(t)
+		if o != nil {
+			o.applyTransport(t)
+		}
 	}
 	t.s.stateful = stateful(t.s.policy)
 	if t.fleet != nil {

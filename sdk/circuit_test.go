@@ -202,7 +202,7 @@ func inspects(is ...func(*testing.T, observed)) func(*testing.T, observed) {
 }
 
 // perRequest is a row's ctx that sets retryhttp options for the call.
-func perRequest(o ...retryhttp.Option) func(context.Context) context.Context {
+func perRequest(o ...retryhttp.RequestOption) func(context.Context) context.Context {
 	return func(ctx context.Context) context.Context { return retryhttp.ContextWithOptions(ctx, o...) }
 }
 
