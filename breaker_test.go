@@ -943,3 +943,51 @@ func TestCircuitOpenedDuringAttempt(t *testing.T) {
 		require.Equal(t, 1, next.callsTo("host.test"), "attempts")
 	})
 }
+
+// A circuit closes by one rule, however it closes: a probe's success, an
+// operator's Reset, or a close adopted from another process that saw the
+// key answer. Each forgets the failure period and clears the policy's
+// memory of the outage, so that DecorrelatedJitter starts again from Base.
+func TestBreakerCloseRule(t *testing.T) {
+	const key = "http://host.test"
+	ways := []struct {
+		name  string
+		close func(t *testing.T, b *Breaker, next *breakerFake)
+	}{
+		{"a probe's success", func(t *testing.T, b *Breaker, _ *breakerFake) {
+			time.Sleep(b.cfg.OpenFor)
+			status, err := bkDo(t.Context(), bkTransport(statusFake(http.StatusOK), b), key+"/")
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, status)
+		}},
+		{"an operator's Reset", func(t *testing.T, b *Breaker, _ *breakerFake) { b.Reset(key) }},
+		{"a close adopted from the fleet", func(t *testing.T, b *Breaker, _ *breakerFake) {
+			time.Sleep(time.Second) // the other process's success came after this one's open
+			require.True(t, b.adopt(Change{Kind: ChangeClose, Key: key}, false, time.Now()))
+		}},
+	}
+	for _, w := range ways {
+		t.Run(w.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := NewBreaker(bkConfig())
+				next := statusFake(http.StatusServiceUnavailable)
+				tr := bkTransport(next, b, WithPolicy(DecorrelatedJitter{}), WithMaxAttempts(2))
+				l := bkLane(b, key+"/")
+				// Failures over the span trip the circuit; the retries have
+				// grown the key's previous delay.
+				for bkState(l) != StateOpen {
+					_, err := bkDo(t.Context(), tr, key+"/")
+					require.NoError(t, err)
+				}
+				require.NotZero(t, l.Prev(), "the policy's memory before the close")
+
+				w.close(t, b, next)
+				assert.Equal(t, StateClosed, bkState(l), "state after the close")
+				assert.Zero(t, l.Prev(), "the policy's memory after the close")
+				fails, succ, failing := bkPeriod(l)
+				assert.False(t, failing, "a failure period after the close")
+				assert.Zero(t, fails+int(succ), "outcomes counted after the close")
+			})
+		})
+	}
+}

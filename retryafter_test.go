@@ -239,3 +239,16 @@ func TestRetryAfterDelayHugeMax(t *testing.T) {
 		require.GreaterOrEqual(t, got, time.Duration(0), "wait wrapped negative: the retry would go at once")
 	}
 }
+
+// retryAfterDelay turns a retryable response's headers into the wait before
+// the next attempt, as the transport does with parseServerWait and
+// withSpread: the server's value clamped to maxWait, plus a spread
+// drawn from [0, spread). ok is false when the headers give no usable wait.
+// clamped reports that the server asked for more than maxWait.
+func retryAfterDelay(h http.Header, now time.Time, maxWait, spread time.Duration) (d time.Duration, ok, clamped bool) {
+	w := parseServerWait(h, now, maxWait)
+	if !w.ok {
+		return 0, false, false
+	}
+	return w.withSpread(spread), true, w.clamped
+}
