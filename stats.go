@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Stats is a snapshot of a Transport's counters, taken by
@@ -86,11 +87,12 @@ func delayBucket(d time.Duration) int {
 }
 
 // stats holds a Transport's counters. Only first is touched on the success
-// path: one atomic add, no lock, no allocation. The rest are derived: a
-// request is counted when it sends its first attempt (first) or ends
-// without one (notSent), and every attempt is a first attempt or a retry.
+// path: one atomic add to a striped counter, no lock, no allocation. The
+// rest are derived: a request is counted when it sends its first attempt
+// (first) or ends without one (notSent), and every attempt is a first
+// attempt or a retry.
 type stats struct {
-	first           atomic.Uint64 // first attempts sent
+	first           stripedCounter // first attempts sent
 	notSent         atomic.Uint64 // requests that ended before their first attempt
 	retries         atomic.Uint64
 	raSeen          atomic.Uint64
@@ -118,7 +120,7 @@ func (s *stats) recordDelay(retry int, d time.Duration) {
 // histograms. It is safe to call concurrently with requests.
 func (t *Transport) Stats() Stats {
 	s := &t.stats
-	first := s.first.Load()
+	first := s.first.load()
 	out := Stats{
 		Requests:          first + s.notSent.Load(),
 		Retries:           s.retries.Load(),
@@ -145,4 +147,42 @@ func (t *Transport) Stats() Stats {
 		out.Delays = append(out.Delays, h)
 	}
 	return out
+}
+
+// cacheLine is the stride that keeps two counters off one cache line: 128
+// bytes, as adjacent-line prefetching pairs 64-byte lines on x86.
+const cacheLine = 128
+
+// counterStripes is how many cache lines a stripedCounter spreads over.
+const counterStripes = 32
+
+// stripedCounter is a count that every request adds to, exact, spread over
+// cache lines so that requests on different cores do not contend for one
+// line (one shared atomic counter made every request of a transport wait
+// for the line to come back from the other core). An add goes to the
+// stripe of its goroutine's stack: goroutines' stacks lie at least 2 KiB
+// apart, and a goroutine's frames are at the same depth from one request
+// to the next, so each goroutine keeps to its own stripe and different
+// goroutines mostly to different ones. The address is only read, never
+// turned back into a pointer. load sums the stripes.
+type stripedCounter struct {
+	_       [cacheLine]byte // off the line of whatever comes before
+	stripes [counterStripes]struct {
+		n atomic.Uint64
+		_ [cacheLine - 8]byte
+	}
+}
+
+func (c *stripedCounter) add() {
+	var anchor byte
+	i := uintptr(unsafe.Pointer(&anchor)) >> 11
+	c.stripes[i%counterStripes].n.Add(1)
+}
+
+func (c *stripedCounter) load() uint64 {
+	var n uint64
+	for i := range c.stripes {
+		n += c.stripes[i].n.Load()
+	}
+	return n
 }
