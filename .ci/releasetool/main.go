@@ -11,6 +11,8 @@
 //	releasetool sums -proxy PROXYDIR -gosum FILE MODULE@VERSION...
 //	    checks that a go.sum's hashes of those modules are those of the
 //	    zips in PROXYDIR: the build used the zips, not a stale copy.
+//	releasetool api [-check FILE | -o FILE] MODDIR
+//	    prints, checks or writes a module's exported API.
 //
 // It lives in a module of its own under .ci so that it is no package of
 // the library and no file of the library's module zip.
@@ -33,6 +35,8 @@ func main() {
 		err = requiresMain(args)
 	case "sums":
 		err = sumsMain(args)
+	case "api":
+		err = apiMain(args)
 	default:
 		usage()
 	}
@@ -43,6 +47,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: releasetool proxy|requires|sums [flags] (see the package doc)")
+	fmt.Fprintln(os.Stderr, "usage: releasetool proxy|requires|sums|api [flags] (see the package doc)")
 	os.Exit(2)
 }
