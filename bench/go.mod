@@ -6,7 +6,7 @@ require (
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/hashicorp/go-cleanhttp v0.5.2
 	github.com/hashicorp/go-retryablehttp v0.7.8
-	github.com/retryhttp/retryhttp v0.0.0
+	github.com/retryhttp/retryhttp v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 	golang.org/x/time v0.16.0

@@ -10,7 +10,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.114.10
 	github.com/aws/smithy-go v1.28.9
 	github.com/openai/openai-go/v3 v3.99.0
-	github.com/retryhttp/retryhttp v0.0.0
+	github.com/retryhttp/retryhttp v0.1.0
 	github.com/stretchr/testify v1.12.1
 	github.com/stripe/stripe-go/v82 v82.5.1
 	go.uber.org/goleak v1.3.0

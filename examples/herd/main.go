@@ -34,7 +34,8 @@ type config struct {
 	attempts int
 	redrive  time.Duration // the redrive row's give-up horizon; 0 leaves the row out
 	svg      string
-	progress io.Writer // nil: no progress line
+	progress io.Writer // where progress goes (stderr); nil: none
+	live     bool      // redraw one progress line in place (progress is a terminal)
 }
 
 func main() {
@@ -47,11 +48,23 @@ func main() {
 	flag.DurationVar(&c.redrive, "redrive", 20*time.Second, "give-up horizon of the redrive row, from the run's start; 0 leaves the row out")
 	flag.StringVar(&c.svg, "svg", "herd.svg", "where to write the chart")
 	flag.Parse()
-	c.progress = os.Stderr
+	// The table is the result and goes to stdout, so that it can be piped
+	// into a file; progress goes to stderr, redrawn in place only on a
+	// terminal, where a carriage return overwrites the line instead of
+	// piling up in a log.
+	c.progress, c.live = os.Stderr, terminal(os.Stderr)
 	if _, err := run(c, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "herd:", err)
 		os.Exit(1)
 	}
+}
+
+// terminal reports whether f is a terminal (a character device), where a
+// progress line can be redrawn in place; a file or a pipe is not.
+// /dev/null is a character device too, and discards the redraws.
+func terminal(f *os.File) bool {
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }
 
 // policy is one run: a name, the transport's options, and, for a
@@ -161,7 +174,7 @@ func runPolicy(c config, ep *endpoint, p policy) (result, error) {
 	}
 	stop := make(chan struct{})
 	var progress sync.WaitGroup
-	if c.progress != nil {
+	if c.progress != nil && c.live {
 		progress.Go(func() {
 			tick := time.NewTicker(250 * time.Millisecond)
 			defer tick.Stop()
@@ -179,6 +192,10 @@ func runPolicy(c config, ep *endpoint, p policy) (result, error) {
 	wg.Wait()
 	close(stop)
 	progress.Wait()
+	if c.progress != nil && !c.live {
+		// Not a terminal: one plain line per policy, when it is done.
+		fmt.Fprintf(c.progress, "%s: done %d/%d\n", p.name, done.Load(), c.clients)
+	}
 	r := ep.result(p.name, c.clients)
 	if p.redrive > 0 {
 		d.mu.Lock()

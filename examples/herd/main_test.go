@@ -16,7 +16,12 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		runChild() // the program itself, for TestMainWritesOnlyTheTableToStdout
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // TestRunWritesTableAndSVG runs the demo at a small size and checks the
 // table names every policy, the redrive row made every delivery, and the

@@ -1,0 +1,3 @@
+module releasetool
+
+go 1.26.0

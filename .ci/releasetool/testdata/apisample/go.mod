@@ -1,0 +1,3 @@
+module example.com/apisample
+
+go 1.26.0
