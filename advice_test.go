@@ -40,7 +40,7 @@ func TestRetryAtCustomPolicy(t *testing.T) {
 				b := NewBreaker(bkConfig())
 				bkTrip(t, bkLane(b, testURL))
 				open := time.Now().Add(bkConfig().OpenFor)
-				tr := New(newNext(reply{status: 200}), WithBreaker(b), WithBudget(nil), WithPolicy(c.policy))
+				tr := New(newNext(reply{status: 200}), WithBreaker(b), WithBudget(nil), WithPolicy(c.policy), WithMaxWait(0))
 				const n = 1000
 				var offs []time.Duration
 				for range n {

@@ -80,6 +80,9 @@ type Error struct {
 	// the key may be tried again; the zero time otherwise, or when an
 	// operator isolated the key.
 	Until time.Time
+	// Waited is how long the request waited, in all, for its key to
+	// recover (see WithMaxWait).
+	Waited time.Duration
 
 	key hostKey
 }

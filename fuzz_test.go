@@ -682,11 +682,12 @@ func FuzzRoundTrip(f *testing.F) {
 		}{req.Method, req.URL.String(), req.Header.Clone(), req.Body, req.GetBody != nil, req.ContentLength}
 
 		// The transport: every delay zero, so that nothing sleeps. The
-		// adaptive send rate is off: it paces a throttled key in real time
-		// (its own tests run in virtual time), and the model here is of the
-		// decision, not of the pace.
+		// adaptive send rate is off, and so is the wait for a key that
+		// would refuse: both wait in real time (their own tests run in
+		// virtual time), and the model here is of the decision, not of the
+		// pace or the wait.
 		o := []Option{WithPolicy(Immediate{}), WithMaxRetryAfter(0), WithRetryAfterSpread(0), WithAdaptiveRate(),
-			WithMaxAttempts(c.maxAttempts), WithBodyBuffer(c.bodyBuffer), WithBudget(nil), WithBreaker(nil)}
+			WithMaxAttempts(c.maxAttempts), WithBodyBuffer(c.bodyBuffer), WithBudget(nil), WithBreaker(nil), WithMaxWait(0)}
 		switch {
 		case c.budget == 6:
 			o = append(o, WithBudget(NewBudget(BudgetConfig{})))

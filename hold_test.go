@@ -181,7 +181,7 @@ func TestHoldRetryAt(t *testing.T) {
 			b := NewBreaker(bkConfig())
 			bkTrip(t, bkLane(b, testURL))
 			tripped := time.Now()
-			tr = New(newNext(reply{status: 200}), WithBreaker(b), WithBudget(nil))
+			tr = New(newNext(reply{status: 200}), WithBreaker(b), WithBudget(nil), WithMaxWait(0))
 			_, err = tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 			require.ErrorIs(t, err, ErrCircuitOpen)
 			at, why = tr.RetryAt(nil, err)
@@ -193,7 +193,7 @@ func TestHoldRetryAt(t *testing.T) {
 			bkLane(b, testURL).Hold(time.Now().Add(20 * time.Second))
 			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 			defer cancel()
-			tr = New(newNext(reply{status: 200}), WithBreaker(b))
+			tr = New(newNext(reply{status: 200}), WithBreaker(b), WithMaxWait(0))
 			_, err = tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
 			require.ErrorIs(t, err, ErrHeld)
 			at, why = tr.RetryAt(nil, err)
@@ -202,7 +202,7 @@ func TestHoldRetryAt(t *testing.T) {
 			assert.True(t, !at.Before(held) && at.Before(held.Add(defaultRetryAfterSpread)), "held: %v", at.Sub(held))
 
 			budget := NewBudget(BudgetConfig{Ratio: -1, MinPerSecond: 10})
-			tr = New(newNext(reply{status: 503}), WithBreaker(nil), WithBudget(budget), WithMaxAttempts(100), WithPolicy(Immediate{}))
+			tr = New(newNext(reply{status: 503}), WithBreaker(nil), WithBudget(budget), WithMaxAttempts(100), WithPolicy(Immediate{}), WithMaxWait(0))
 			resp, err = tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 			require.NoError(t, err)
 			readBody(t, resp)
@@ -232,7 +232,7 @@ func TestHoldRetryAt(t *testing.T) {
 				}
 				return http.StatusOK, nil
 			})
-			tr := New(heldAfter{next, 10 * time.Second, start}, WithBreaker(b))
+			tr := New(heldAfter{next, 10 * time.Second, start}, WithBreaker(b), WithMaxWait(0))
 			var wg sync.WaitGroup
 			var delivered atomic.Int64
 			for i := range 200 {
@@ -304,7 +304,7 @@ func TestHoldOperatorControl(t *testing.T) {
 			changes = append(changes, i)
 		}})
 		next := newNext(reply{status: 200})
-		tr := New(next, WithBreaker(b))
+		tr := New(next, WithBreaker(b), WithMaxWait(0))
 		key := "http://example.test"
 
 		b.Isolate(key)

@@ -178,7 +178,7 @@ func both(infos ...any) []hookEvent {
 // has no spread, so that delays are exact; opts come after and may turn
 // them back on.
 func newHookTransport(next http.RoundTripper, log *hookLog, opts ...Option) *Transport {
-	base := []Option{WithBudget(nil), WithBreaker(nil), WithRetryAfterSpread(0), WithHooks(log.hooks("transport"))}
+	base := []Option{WithBudget(nil), WithBreaker(nil), WithRetryAfterSpread(0), WithMaxWait(0), WithHooks(log.hooks("transport"))}
 	return New(next, append(base, opts...)...)
 }
 
@@ -514,7 +514,7 @@ func TestHooksCircuitOpenWakesSleeper(t *testing.T) {
 		})
 		start := time.Now()
 		br := NewBreaker(BreakerConfig{Span: time.Second, MinFailures: 1, OpenJitter: -1})
-		tr := New(next, WithBudget(nil), WithBreaker(br), WithRetryAfterSpread(0))
+		tr := New(next, WithBudget(nil), WithBreaker(br), WithRetryAfterSpread(0), WithMaxWait(0))
 		var logA, logB hookLog
 
 		reqA := hookReq(t.Context(), &logA, http.MethodGet, "http://host/a", nil)

@@ -229,9 +229,12 @@ func WithKey(f func(*http.Request) string) Option {
 // (milliseconds, which aws-sdk-go-v2 reads), and carries the header
 // X-Retryhttp-Local: circuit-open to mark it as made by this transport, not
 // by the server; its body is a JSON error object. GiveUp hooks see it with
-// GiveUpInfo.Local set, and Stats counts it in LocalResponses. Without this
-// option (the default) the transport never invents a response: the caller
-// gets an Error wrapping ErrCircuitOpen.
+// GiveUpInfo.Local set, and Stats counts it in LocalResponses. A request
+// first waits for the key to recover, as WithMaxWait allows, and gets the
+// local 503 if its wait ends unanswered; with WithMaxWait(0) it gets it at
+// once, so that the SDK's own backoff is all there is. Without this option
+// (the default) the transport never invents a response: the caller gets an
+// Error wrapping ErrCircuitOpen.
 func WithCircuitOpenResponse() Option {
 	return newTransportOption("WithCircuitOpenResponse", func(t *Transport) { t.localOpen = true })
 }

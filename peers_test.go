@@ -225,7 +225,7 @@ func TestPeerCallerBodyClosedOnce(t *testing.T) {
 		{"success first time", nil, 0, 1, ReasonNone},
 		{"retries used up on 503", nil, 0, defaultMaxAttempts, ReasonAttemptsUsed},
 		{"cancelled during the backoff wait", []Option{WithPolicy(Exponential{Base: 10 * time.Second})}, 3 * time.Second, 1, ReasonContextDone},
-		{"budget exhausted", []Option{WithBudget(NewBudget(BudgetConfig{Ratio: -1, MinPerSecond: -1}))}, 0, 1, ReasonBudgetExhausted},
+		{"budget exhausted", []Option{WithBudget(NewBudget(BudgetConfig{Ratio: -1, MinPerSecond: -1})), WithMaxWait(0)}, 0, 1, ReasonBudgetExhausted},
 	}
 	for _, c := range cases {
 		peerRun(t, c.name, func(t *testing.T) {

@@ -60,6 +60,7 @@ func TestStatsCounters(t *testing.T) {
 			WithPolicy(Immediate{}),
 			WithMaxRetryAfter(5*time.Second),
 			WithRetryAfterSpread(0),
+			WithMaxWait(0), // a refusal is counted as one, not waited out
 		)
 		calls := []statsCall{
 			// tokens 1.

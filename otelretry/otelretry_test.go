@@ -186,7 +186,7 @@ func TestNewHooks(t *testing.T) {
 		},
 		{
 			name:   "budget denied",
-			opts:   []retryhttp.Option{retryhttp.WithBudget(retryhttp.NewBudget(retryhttp.BudgetConfig{Ratio: -1, MinPerSecond: -1}))},
+			opts:   []retryhttp.Option{retryhttp.WithBudget(retryhttp.NewBudget(retryhttp.BudgetConfig{Ratio: -1, MinPerSecond: -1})), retryhttp.WithMaxWait(0)},
 			script: []reply{{status: 503}},
 			sums: map[string]map[string]int64{
 				"retryhttp.attempts":      {get503: 1},

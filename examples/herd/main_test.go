@@ -57,9 +57,12 @@ func TestRunWritesTableAndSVG(t *testing.T) {
 	// Every first attempt failed, so each delivery's 200 came on a later
 	// attempt, redriven or retried: the rest of those failed.
 	require.Equal(t, c.clients+last.wasted+last.delivered, last.attempts, "redrive: attempts = first attempts + wasted + the 200s")
-	guarded := results[len(results)-2]
-	require.Equal(t, "full jitter + budget + breaker", guarded.name)
-	require.Less(t, guarded.delivered, c.clients, "without the dispatcher the budget hands failures back")
+	waited := results[len(results)-2]
+	require.Equal(t, waitName, waited.name)
+	require.Equal(t, c.clients, waited.delivered, "the defaults: every delivery waits for the server, and is made")
+	guarded := results[len(results)-3]
+	require.Equal(t, "full jitter + budget + breaker, no wait", guarded.name)
+	require.Less(t, guarded.delivered, c.clients, "without the wait or a dispatcher the budget hands failures back")
 	line := tableLine(t, out.String(), redriveName)
 	require.Equal(t, strconv.Itoa(c.clients), line[len(line)-4], "the printed row's delivered column")
 

@@ -56,8 +56,18 @@ func (p *pacer) rateAtLocked(now time.Time) float64 {
 	if p.wmax == 0 {
 		return math.Min(slowStartRate*math.Exp2(t/slowStartStep.Seconds()), 2*unpaceAt)
 	}
-	k := math.Cbrt(p.wmax * (1 - cubicBeta) / cubicC)
-	return math.Max(cubicC*math.Pow(t-k, 3)+p.wmax, 1)
+	return cubic(p.wmax, t)
+}
+
+// cubic returns CUBIC's rate t seconds after a cut from wmax to
+// cubicBeta of it: back at wmax after K seconds, flat around it, then
+// probing beyond (RFC 9438 §4.2).
+func cubic(wmax, t float64) float64 { return cubicFrom(wmax, cubicBeta, t) }
+
+// cubicFrom is cubic for a cut to beta of wmax.
+func cubicFrom(wmax, beta, t float64) float64 {
+	k := math.Cbrt(wmax * (1 - beta) / cubicC)
+	return math.Max(cubicC*math.Pow(t-k, 3)+wmax, 1)
 }
 
 // freeLocked reports that the pacer no longer limits anything: its rate
@@ -125,12 +135,15 @@ func (p *pacer) wait(ctx context.Context) (uint64, error) {
 	w := p.queue.push()
 	p.scheduleLocked(now)
 	p.mu.Unlock()
-	return p.queue.wait(ctx, &p.mu, w, p.handOnLocked)
+	if err := p.queue.wait(ctx, &p.mu, w, nil, p.handOnLocked); err != nil {
+		return 0, err
+	}
+	return w.gen, nil
 }
 
 // handOnLocked passes a release its waiter could not use to the next in
 // line. Called with mu held.
-func (p *pacer) handOnLocked() { p.queue.letNext(p.gen) }
+func (p *pacer) handOnLocked(*waiter) { p.queue.letNext(p.gen) }
 
 // aheadLocked estimates how long the releases of k more attempts take:
 // at the current rate once it follows CUBIC (close to flat), and along the
