@@ -27,9 +27,14 @@ const (
 	// AdviceRate: the key's send rate, cut after it throttled, lets this
 	// request go about then; a request sent earlier would wait its turn.
 	AdviceRate
+	// AdviceNever: do not send it again; the zero time. The server said
+	// the resource is gone for good (410 Gone, which the Standard Webhooks
+	// convention uses for "disable this endpoint"), or the key has been
+	// failing for longer than WithFailingHorizon allows.
+	AdviceNever
 )
 
-var adviceNames = [...]string{"none", "server", "held", "circuit", "budget", "rate"}
+var adviceNames = [...]string{"none", "server", "held", "circuit", "budget", "rate", "never"}
 
 // String returns the advice's name, such as "circuit".
 func (a Advice) String() string {
@@ -59,7 +64,9 @@ func (a Advice) String() string {
 // an answer that is not a failure, and an error nothing explains give the
 // zero time and AdviceNone: retry at once, or not at all, as the caller's
 // own policy says. An isolated key gives the zero time and AdviceCircuit:
-// no instant is known.
+// no instant is known. A 410 Gone, and a failure of a key that has been
+// failing for longer than WithFailingHorizon, give the zero time and
+// AdviceNever: give the request up (a dispatcher disables the endpoint).
 func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Advice) {
 	var (
 		k     hostKey
@@ -69,6 +76,8 @@ func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Advice) 
 	)
 	now := time.Now()
 	switch {
+	case resp != nil && resp.StatusCode == http.StatusGone:
+		return time.Time{}, AdviceNever
 	case resp != nil:
 		if resp.Request == nil || resp.Request.URL == nil || !t.s.retryIf(resp, nil) {
 			return time.Time{}, AdviceNone
@@ -91,6 +100,9 @@ func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Advice) 
 	l := t.lanes.Peek(k)
 	if l != nil {
 		v := l.View(now)
+		if t.horizon > 0 && !v.FailingSince.IsZero() && now.Sub(v.FailingSince) > t.horizon {
+			return time.Time{}, AdviceNever
+		}
 		if v.Isolated {
 			return time.Time{}, AdviceCircuit
 		}

@@ -117,7 +117,7 @@ func bkState(l *perkey.Lane) State {
 // whether one is under way.
 func bkPeriod(l *perkey.Lane) (fails int, succ int64, failing bool) {
 	v := l.View(time.Now())
-	return v.Failures, v.Successes, !v.FailingSince.IsZero()
+	return v.Failures, v.Successes, v.Failing
 }
 
 // bkOpenUntil returns when an open lane may half-open.

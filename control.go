@@ -25,12 +25,17 @@ type HostState struct {
 	// Isolated reports that an operator opened the circuit with Isolate;
 	// it stays open until Reset.
 	Isolated bool
+	// FailingSince is when the key began failing: the first failure of
+	// the failures that opened its circuit, kept while it stays open or
+	// half-open, or of a failure period under way on a closed circuit; the
+	// zero time for a key that is not failing.
+	FailingSince time.Time
 }
 
 // hostState turns a lane's view into what Host and Snapshot report: a
 // hold in force shows as StateHeld unless the circuit is open.
 func hostState(key string, v perkey.View) HostState {
-	s := HostState{Key: key, State: State(v.State), Since: v.Since, Until: v.OpenUntil, Isolated: v.Isolated}
+	s := HostState{Key: key, State: State(v.State), Since: v.Since, Until: v.OpenUntil, Isolated: v.Isolated, FailingSince: v.FailingSince}
 	if v.Held && v.State != perkey.Open {
 		s.State, s.Since, s.Until = StateHeld, v.HeldSince, v.HoldUntil
 	}

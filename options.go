@@ -239,6 +239,18 @@ func WithCircuitOpenResponse() Option {
 	return newTransportOption("WithCircuitOpenResponse", func(t *Transport) { t.localOpen = true })
 }
 
+// WithFailingHorizon makes RetryAt answer AdviceNever (give the request
+// up) for a failure of a key that has been failing for longer than d: its
+// circuit opened on failures that began more than d ago and has not closed
+// since. A dispatcher with its own queue uses it to disable an endpoint
+// that has been failing for days, as webhook senders do (Svix after five
+// days, Stripe after three). Breaker.Host says since when a key has been
+// failing. 0 turns it off (the default): RetryAt always gives an instant.
+func WithFailingHorizon(d time.Duration) Option {
+	nonNegative("WithFailingHorizon", d)
+	return newTransportOption("WithFailingHorizon", func(t *Transport) { t.horizon = d })
+}
+
 // minAttemptTimeout is the shortest attempt timeout WithAttemptTimeout sets.
 const minAttemptTimeout = time.Millisecond
 

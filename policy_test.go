@@ -412,6 +412,24 @@ func TestPolicySeedPerProcess(t *testing.T) {
 // process sleeps a second before it exits (GORACE atexit_sleep_ms, 1000
 // by default), for reports from other threads; the child's reports, if
 // any, come while its test runs, so it exits at once.
+// inChild runs the test t in a child process of its own, with env set,
+// unless this process is that child; it reports whether it did, in which
+// case the caller returns: the child's result is t's. A test that measures
+// the whole process (its heap, its goroutines) runs alone there, while the
+// others run beside it here.
+func inChild(t *testing.T, env string) bool {
+	t.Helper()
+	if os.Getenv(env) != "" {
+		return false
+	}
+	t.Parallel() // heavy; shares nothing with other tests
+	out, err := childTest(t.Name(), env).CombinedOutput()
+	t.Logf("in a child process:\n%s", out)
+	require.NoError(t, err, "the child process failed")
+	require.Contains(t, string(out), "--- PASS: "+t.Name(), "the child ran the test")
+	return true
+}
+
 func childTest(name, env string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), env+"=1", "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")

@@ -30,7 +30,9 @@ type Transport struct {
 	keyFunc func(*http.Request) string
 	// localOpen: a request an open circuit refuses gets a local 503.
 	localOpen bool
-	fleet     *Fleet // nil: this process alone
+	// horizon: RetryAt answers AdviceNever for a key failing longer; 0: never.
+	horizon time.Duration
+	fleet   *Fleet // nil: this process alone
 	// lanes holds what is kept per key: the breaker's own lanes, or,
 	// without a breaker, lanes whose circuits never open, so that a
 	// policy's memory of a key, its holds and its send rate do not depend

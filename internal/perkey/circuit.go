@@ -60,8 +60,12 @@ func (l *Lane) allow(trs *Transitions, g grant, queue bool) (Ticket, error) {
 		default:
 			// Requests wait for a closed key (their retries found no
 			// budget), or it recovers and this newcomer may not wait: it
-			// goes, and its success lets the waiters go.
+			// goes, and its success lets the waiters go. While newcomers
+			// test the key, the waiters' own test is not needed.
 			tk.set(watchFlag)
+			if l.rec == nil && !l.testing {
+				l.testAt = later(l.testAt, now.Add(l.set.cfg.OpenFor))
+			}
 		}
 		return tk, nil
 	case l.queue.len() == 0 && l.probes < l.set.cfg.Probes:
@@ -167,9 +171,6 @@ func (l *Lane) failLocked(now time.Time) Transition {
 func (l *Lane) openLocked(now time.Time, d time.Duration) Transition {
 	l.openUntil = now.Add(d)
 	l.episode = now
-	if l.failingSince.IsZero() {
-		l.failingSince = now
-	}
 	l.resetPeriodLocked()
 	l.probes = 0
 	l.rec = nil
@@ -248,6 +249,10 @@ func (l *Lane) AdoptOpen(now time.Time, d time.Duration, quorum bool) Transition
 		return one(Transition{From: Open, To: Open, Until: until, Extended: true})
 	case state == Closed && !quorum:
 		return Transitions{}
+	}
+	if l.failingSince.IsZero() {
+		// Another process saw the key fail; from here, it is failing.
+		l.failingSince = now
 	}
 	return one(l.openLocked(now, d))
 }

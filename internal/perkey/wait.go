@@ -17,7 +17,8 @@ import (
 //   - while the circuit is open, nobody: a timer half-opens it when its
 //     open time is over, and the oldest waiter becomes the probe;
 //   - while the circuit is closed but requests wait (their retries found no
-//     budget), one test at a time, spaced as the open time is;
+//     budget), one test at a time, spaced as the open time is, and none
+//     while new requests, admitted beside them, test the key anyway;
 //   - once a probe, a test or any other request succeeds, the waiters go
 //     oldest first at a rate that starts low and doubles every
 //     recoveryStep while the key keeps answering (slow start); a failure
@@ -427,21 +428,42 @@ func (r *recovery) count(now time.Time) {
 	r.step = s
 }
 
+// took returns the rate of successes the key was seen to answer: over the
+// step before now's, or over the part of now's step gone by, when that is
+// at least a quarter of a step and the higher (the rate went up at the
+// step's start, and the key answered more of it than it had been sent
+// before).
+func (r *recovery) took(now time.Time) float64 {
+	r.count(now)
+	took := float64(r.was) / recoveryStep.Seconds()
+	if part := time.Duration(now.UnixNano() % int64(recoveryStep)); part >= recoveryStep/4 {
+		took = max(took, float64(r.ok)/part.Seconds())
+	}
+	return took
+}
+
 // cut lowers the rate after a failure of a request the recovery let go: to
-// recoveryBeta of what the key answered in the step before, the rate it
-// was seen to take; with no success in that step, to half the rate. Failures
+// recoveryBeta of what the key was seen to answer, the rate it can take;
+// with no success to go by, to half the rate. Failures
 // within a step of the latest cut answer requests let go before it, at the
 // old rate, and cut nothing more.
 func (r *recovery) cut(now time.Time) {
 	if r.wmax > 0 && now.Sub(r.start) < recoveryStep {
 		return
 	}
-	r.count(now)
-	if took := float64(r.was) / recoveryStep.Seconds(); took > 0 {
+	if took := r.took(now); took > 0 {
 		r.wmax, r.beta = took, recoveryBeta
 	} else {
 		r.wmax, r.beta = r.rateAt(now), 0.5
 	}
 	r.start = now
 	r.lim.SetLimitAt(now, rate.Limit(r.rateAt(now)))
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
