@@ -69,6 +69,8 @@ func (r *retrier) admitSlow(trs perkey.Transitions, err error) error {
 			}
 			cause := r.refused(err)
 			trs, err = r.waitFor(why, r.lane.Wait)
+			r.report(trs) // whatever came of the wait
+			trs = perkey.Transitions{}
 			switch {
 			case err == perkey.ErrOpen || err == perkey.ErrIsolated || r.req.Context().Err() != nil:
 				// The wait ended unanswered: the refusal it waited out.

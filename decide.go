@@ -25,6 +25,10 @@ const (
 	stop       next = iota // no retry: return what there is
 	retryAfter             // retry once the delay has passed
 	retryWhen              // retry when the key lets the request go: it waits for the key to recover
+	// queueBehind retries when the key lets the request go from its
+	// queue: the budget refused the retry, or others already wait (only
+	// rewind says so; decide does not).
+	queueBehind
 )
 
 // decide answers whether a failed attempt is retried, and how: after the

@@ -88,8 +88,9 @@ type WaitInfo struct {
 	Key     string        // the key it waited for
 	// Cause is what would have refused the request: ReasonCircuitOpen (an
 	// open circuit, or an isolated key) or ReasonBudgetExhausted (no token
-	// for its retry); ReasonNone for a request that waited its turn behind
-	// those that waited for a key that has just recovered.
+	// for its retry); ReasonNone for a request that waited behind others
+	// already waiting for its key (its retry asked no token), or for its
+	// turn while the key takes back its load after recovering.
 	Cause    Reason
 	Waited   time.Duration
 	Released bool // the key let it go; false: the wait ran out, or its context ended

@@ -210,9 +210,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			continue // an open circuit woke it: the next admission waits
 		}
 		r.keep(resp)
-		if then == retryWhen && !f.circuitOpen {
-			// The budget refused the retry: wait in the key's queue.
-			if qerr := r.queue(); qerr != nil {
+		if then == queueBehind {
+			// The budget refused the retry, or others already wait: wait
+			// in the key's queue. A retry that joined others without
+			// asking the budget gives up, if its wait ends unanswered, as
+			// one the budget refused.
+			if qerr := r.queue(reason); qerr != nil {
 				return r.finish(r.kept, err, waitReason(qerr, ReasonBudgetExhausted), qerr)
 			}
 		}
@@ -400,10 +403,11 @@ func (r *retrier) facts(v verdict, delay time.Duration) facts {
 // attempt's request with a fresh body (left in r.queued); then, for a
 // retry after a delay, the budget's token, last so that a retry not made
 // costs none (without one, or when others already wait for the key, the
-// retry waits for the key if the request may wait, and stops otherwise);
+// retry queues for the key if the request may wait, and stops otherwise);
 // then the delay becomes the key's previous delay, and the stats and the
-// hooks hear of the retry. It returns what follows, and why not when
-// nothing does.
+// hooks hear of the retry. It returns what follows, and why: why not when
+// nothing does, what the queue stands in for when it queues (the budget's
+// refusal, or none when it joined others).
 func (r *retrier) rewind(then next, delay time.Duration, wait serverWait) (next, Reason) {
 	if reason := r.nextRequest(); reason != ReasonNone {
 		return stop, reason
@@ -414,12 +418,12 @@ func (r *retrier) rewind(then next, delay time.Duration, wait serverWait) (next,
 	if r.lane != nil && r.lane.Waiting() && r.maxWaitLeft() > 0 {
 		// Others already wait for the key to recover: this retry joins
 		// them rather than spend a token on a host that is failing them.
-		return retryWhen, ReasonNone
+		return queueBehind, ReasonNone
 	}
 	if b := r.t.budget; b != nil && !b.withdraw(r.keyOf()) {
 		r.t.stats.budgetDenied.Add(1)
 		if r.maxWaitLeft() > 0 {
-			return retryWhen, ReasonNone
+			return queueBehind, ReasonBudgetExhausted
 		}
 		return stop, ReasonBudgetExhausted
 	}

@@ -77,9 +77,11 @@ func (r *retrier) waitFor(cause Reason, f func(ctx context.Context, lim perkey.L
 	return trs, err
 }
 
-// queue waits in the key's queue after the budget refused the retry.
-func (r *retrier) queue() error {
-	trs, err := r.waitFor(ReasonBudgetExhausted, r.laneOf().Queue)
+// queue waits in the key's queue after the budget refused the retry
+// (cause ReasonBudgetExhausted), or because others already wait (cause
+// ReasonNone).
+func (r *retrier) queue(cause Reason) error {
+	trs, err := r.waitFor(cause, r.laneOf().Queue)
 	r.report(trs)
 	return r.waitRefused(err, ErrBudgetExhausted)
 }

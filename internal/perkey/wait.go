@@ -157,11 +157,15 @@ func (l *Lane) await(ctx context.Context, until time.Time, trs *Transitions) (*w
 		defer t.Stop()
 		timeout = t.C
 	}
-	if err := l.queue.wait(ctx, &l.mu, w, timeout, l.handOnLocked); err != nil {
+	err := l.queue.wait(ctx, &l.mu, w, timeout, l.handOnLocked)
+	// Changes made on the waiter's behalf (the lane's timer half-opened the
+	// circuit to let it probe) are its request's to report, whether it
+	// took its turn or gave it on as it left.
+	trs.merge(w.trs)
+	if err != nil {
 		l.settleLocked()
 		return nil, err
 	}
-	trs.merge(w.trs)
 	return w, nil
 }
 
