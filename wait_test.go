@@ -265,14 +265,20 @@ func TestWaitAddsNoGoroutine(t *testing.T) {
 		}
 		before := runtime.NumGoroutine()
 		var delivered atomic.Int64
+		var failed atomic.Value // the first failure, for the message
 		var wg sync.WaitGroup
 		for range n {
 			wg.Go(func() {
 				resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+				switch {
+				case err != nil:
+					failed.CompareAndSwap(nil, err.Error())
+				case resp.StatusCode == http.StatusOK:
+					delivered.Add(1)
+				default:
+					failed.CompareAndSwap(nil, resp.Status)
+				}
 				if err == nil {
-					if resp.StatusCode == http.StatusOK {
-						delivered.Add(1)
-					}
 					resp.Body.Close()
 				}
 			})
@@ -282,7 +288,8 @@ func TestWaitAddsNoGoroutine(t *testing.T) {
 		t.Logf("goroutines: %d before, %d with %d requests waiting", before, waiting, n)
 		assert.Equal(t, before+n, waiting, "goroutines with the requests waiting: their callers', no more")
 		wg.Wait()
-		assert.Equal(t, int64(n), delivered.Load(), "delivered once the key was back")
+		assert.Equal(t, int64(n), delivered.Load(), "delivered once the key was back; the first failure: %v", failed.Load())
+		synctest.Wait() // a lane's timer may be running its release
 		assert.Equal(t, before, runtime.NumGoroutine(), "goroutines after")
 	})
 }

@@ -80,8 +80,11 @@ func (l *Lane) allow(trs *Transitions, g grant, queue bool) (Ticket, error) {
 // be admitted after all: the test it was to be is not under way. Called
 // with mu held.
 func (l *Lane) refusedLocked(g grant, err error) error {
-	if g == grantTest {
+	switch {
+	case g == grantTest:
 		l.testing = false
+	case g == grantTurn && l.rec != nil:
+		l.rec.answered() // a turn that sends nothing is not in flight
 	}
 	return err
 }
@@ -200,7 +203,7 @@ func (l *Lane) closeLocked(now time.Time) Transition {
 	l.probes = 0
 	l.failingSince = time.Time{}
 	if l.queue.len() > 0 && l.rec == nil {
-		l.rec = newRecovery(now)
+		l.rec = newRecovery(now, l.queue.len())
 	}
 	var tr Transition
 	if state, _ := unpack(l.word.Load()); state != Closed {

@@ -34,10 +34,6 @@ type Set struct {
 	// that needs lanes for nothing else skips the look-up on its success
 	// path.
 	flagged atomic.Bool
-	// Report, if set, is called with the changes a lane's timer made on
-	// nobody's behalf (a circuit half-opened with nobody left to probe),
-	// after the lane's lock is released. Set it before the Set is used.
-	Report func(*Lane, Transitions)
 }
 
 // NewSet returns an empty Set configured by c.
@@ -196,6 +192,7 @@ type Limits struct {
 type Ticket struct {
 	gen  uint64
 	pace uint64 // pacer generation << ticketBits | flags
+	at   int64  // with recovFlag: when the attempt went, in Unix nanoseconds
 }
 
 // The flags of a Ticket.

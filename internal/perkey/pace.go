@@ -62,11 +62,8 @@ func (p *pacer) rateAtLocked(now time.Time) float64 {
 // cubic returns CUBIC's rate t seconds after a cut from wmax to
 // cubicBeta of it: back at wmax after K seconds, flat around it, then
 // probing beyond (RFC 9438 §4.2).
-func cubic(wmax, t float64) float64 { return cubicFrom(wmax, cubicBeta, t) }
-
-// cubicFrom is cubic for a cut to beta of wmax.
-func cubicFrom(wmax, beta, t float64) float64 {
-	k := math.Cbrt(wmax * (1 - beta) / cubicC)
+func cubic(wmax, t float64) float64 {
+	k := math.Cbrt(wmax * (1 - cubicBeta) / cubicC)
 	return math.Max(cubicC*math.Pow(t-k, 3)+wmax, 1)
 }
 
@@ -110,7 +107,7 @@ func (p *pacer) throttle(now time.Time, gen uint64) {
 	}
 	p.gen++
 	p.cutAt = now
-	p.lim.SetLimitAt(now, rate.Limit(p.rateAtLocked(now)))
+	setRate(p.lim, now, p.rateAtLocked(now))
 }
 
 // wait waits until the key's rate lets one more attempt go, and returns
@@ -120,7 +117,7 @@ func (p *pacer) throttle(now time.Time, gen uint64) {
 func (p *pacer) wait(ctx context.Context) (uint64, error) {
 	p.mu.Lock()
 	now := time.Now()
-	p.lim.SetLimitAt(now, rate.Limit(p.rateAtLocked(now)))
+	setRate(p.lim, now, p.rateAtLocked(now))
 	if p.queue.len() == 0 && p.timer == nil && p.lim.AllowN(now, 1) {
 		gen := p.gen
 		p.mu.Unlock()
@@ -166,18 +163,20 @@ func (p *pacer) scheduleLocked(now time.Time) {
 	if p.timer != nil || p.queue.len() == 0 {
 		return
 	}
-	d := p.lim.ReserveN(now, 1).DelayFrom(now)
-	p.timer = time.AfterFunc(d, p.release)
+	p.timer = time.AfterFunc(nextToken(p.lim, now), p.release)
 }
 
-// release lets the first waiter still waiting go, and schedules the next.
+// release lets go the waiters the limiter has tokens for (at least the
+// first: its timer was set for its token), and schedules the next.
 func (p *pacer) release() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.timer = nil
-	p.queue.letNext(p.gen)
 	now := time.Now()
-	p.lim.SetLimitAt(now, rate.Limit(p.rateAtLocked(now)))
+	setRate(p.lim, now, p.rateAtLocked(now))
+	for p.queue.len() > 0 && p.lim.AllowN(now, 1) {
+		p.queue.letNext(p.gen)
+	}
 	p.scheduleLocked(now)
 }
 

@@ -13,7 +13,9 @@ type waiter struct {
 	grant grant         // a lane's: what the waiter was let go with
 	tk    Ticket        // with grantProbe: the probe's ticket
 	trs   Transitions   // changes made on its behalf, for its request to report
-	gone  bool          // its request stopped waiting; guarded by the queue's owner
+	// deadline is when its request's context ends; zero for none.
+	deadline time.Time
+	gone     bool // its request stopped waiting, or was let go out of turn; guarded by the queue's owner
 }
 
 // grant is what a lane lets a waiter go with.
@@ -46,6 +48,30 @@ func (q *queue) push() *waiter {
 
 // len returns how many wait. Called with the owner's mutex held.
 func (q *queue) len() int { return q.live }
+
+// latest removes and returns the waiter still waiting with the most time
+// left (a waiter without a deadline has the most; of equals, the first),
+// or nil. The caller lets it go. It looks at every waiter. Called with the
+// owner's mutex held.
+func (q *queue) latest() *waiter {
+	var best *waiter
+	for _, w := range q.ws {
+		switch {
+		case w.gone:
+		case best == nil:
+			best = w
+		case best.deadline.IsZero():
+			// Nobody has more time than best.
+		case w.deadline.IsZero() || w.deadline.After(best.deadline):
+			best = w
+		}
+	}
+	if best != nil {
+		best.gone = true // taken out of turn: skipped where it stands
+		q.live--
+	}
+	return best
+}
 
 // pop removes and returns the first waiter still waiting, or nil. The
 // caller lets it go. Called with the owner's mutex held.

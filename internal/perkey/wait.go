@@ -3,10 +3,7 @@ package perkey
 import (
 	"context"
 	"errors"
-	"math"
 	"time"
-
-	"golang.org/x/time/rate"
 )
 
 // A request that its key would refuse (the circuit open, the key isolated,
@@ -15,16 +12,20 @@ import (
 // that it is back, and then no faster than it shows it can take:
 //
 //   - while the circuit is open, nobody: a timer half-opens it when its
-//     open time is over, and the oldest waiter becomes the probe;
+//     open time is over, and the waiter with the most time left becomes
+//     the probe (the oldest have the least, and a probe whose caller's
+//     deadline ends before the host answers tells nothing);
 //   - while the circuit is closed but requests wait (their retries found no
 //     budget), one test at a time, spaced as the open time is, and none
-//     while new requests, admitted beside them, test the key anyway;
+//     while new requests, admitted beside them, test the key anyway; the
+//     test, too, is the waiter with the most time left;
 //   - once a probe, a test or any other request succeeds, the waiters go
-//     oldest first at a rate that starts low and doubles every
-//     recoveryStep while the key keeps answering (slow start); a failure
-//     cuts the rate as a throttle does, and failures that persist over the
-//     span reopen the circuit. New requests queue behind the waiters until
-//     the rate has grown past what limits anything.
+//     oldest first at a rate that starts low and doubles every round while
+//     the key keeps answering what it was sent (slow start; recovery.go),
+//     spread over half a second at least; a failure cuts the rate to what
+//     the key was seen to answer, and failures that persist over the span
+//     reopen the circuit. New requests queue behind the waiters until the
+//     rate has grown past what limits anything.
 //
 // Waiting costs no goroutine: each waiter blocks on its own channel, and
 // one timer per lane lets the next one go.
@@ -35,19 +36,6 @@ const (
 	// minutes is probed every 10 to 20 s; one down for an hour at
 	// MaxOpenFor.
 	openGrowth = 64
-	// recoveryRate is the rate at which waiters go when the key has just
-	// come back: requests/s, five in the first recoveryStep.
-	recoveryRate = 100
-	// recoveryStep is how often the rate doubles while the key keeps
-	// answering: 100/s reaches 10,000/s in seven steps, 0.35 s, if every
-	// step is answered; so a backlog of 10,000 drains in about half a
-	// second from a host that takes it, and a host that cannot is found
-	// before the rate has passed what it takes by more than one doubling.
-	recoveryStep = 50 * time.Millisecond
-	// recoveryBeta is where a failure puts the rate: this share of what
-	// the key was seen to answer in the step before it, the rate it can
-	// take; from there it grows back along CUBIC's curve.
-	recoveryBeta = 0.95
 )
 
 // errWaitOver ends a wait whose time is up; the caller turns it back into
@@ -132,6 +120,9 @@ func (l *Lane) admitted(ctx context.Context, lim Limits, tk Ticket, trs Transiti
 		trs.merge(l.Done(tk, Outcome{}))
 		return Ticket{}, trs, err
 	}
+	if tk.has(recovFlag) {
+		tk.at = time.Now().UnixNano() // the recovery times its answer
+	}
 	return tk, trs, nil
 }
 
@@ -142,6 +133,7 @@ func (l *Lane) await(ctx context.Context, until time.Time, trs *Transitions) (*w
 	l.mu.Lock()
 	now := time.Now()
 	w := l.queue.push()
+	w.deadline, _ = ctx.Deadline()
 	if state, _ := unpack(l.word.Load()); state == Closed && l.rec == nil && l.queue.len() == 1 && !l.testing {
 		// The first to wait for a closed key: the first test goes when
 		// an open circuit would let its probe through.
@@ -181,6 +173,8 @@ func (l *Lane) handOnLocked(w *waiter) {
 		l.probes-- // nobody to take the place
 	case w.grant == grantTest:
 		l.testing = false
+	case w.grant == grantTurn && l.rec != nil:
+		l.rec.answered() // a turn nobody takes is not in flight
 	}
 }
 
@@ -216,7 +210,7 @@ func (l *Lane) releaseLocked(now time.Time, trs *Transitions, carry bool) bool {
 	switch {
 	case state == HalfOpen:
 		for l.probes < l.set.cfg.Probes {
-			w := l.queue.pop()
+			w := l.queue.latest()
 			if w == nil {
 				break
 			}
@@ -229,17 +223,19 @@ func (l *Lane) releaseLocked(now time.Time, trs *Transitions, carry bool) bool {
 			let(w)
 		}
 	case state == Closed && l.rec != nil:
-		l.rec.lim.SetLimitAt(now, rate.Limit(l.rec.rateAt(now)))
+		l.rec.backlog(now, l.queue.len())
+		setRate(l.rec.lim, now, l.rec.rateAt(now))
 		for l.queue.len() > 0 && l.rec.lim.AllowN(now, 1) {
 			w := l.queue.pop()
 			w.grant = grantTurn
+			l.rec.released(now)
 			let(w)
 		}
-		if l.queue.len() == 0 && l.rec.rateAt(now) >= unpaceAt {
+		if l.rec.finished(now, l.queue.len()) {
 			l.rec = nil // the key takes whatever comes: recovered
 		}
 	case state == Closed && l.queue.len() > 0 && !l.testing && !now.Before(l.testAt):
-		w := l.queue.pop()
+		w := l.queue.latest()
 		w.grant = grantTest
 		l.testing = true
 		let(w)
@@ -289,8 +285,9 @@ func (l *Lane) scheduleLocked(now time.Time) {
 }
 
 // tick lets go the waiters whose time has come, and sets the timer for
-// the next. Changes it makes go with the first waiter let go, or, if none
-// is, to the Set's Report.
+// the next. The one change it makes, half-opening an open circuit, it
+// makes only for a waiter, who takes the probe and reports the change,
+// whether it sends the probe or hands it on as it leaves.
 func (l *Lane) tick() {
 	var trs Transitions
 	l.mu.Lock()
@@ -299,9 +296,6 @@ func (l *Lane) tick() {
 	l.releaseLocked(now, &trs, true)
 	l.scheduleLocked(now)
 	l.mu.Unlock()
-	if trs.Any() && l.set.Report != nil {
-		l.set.Report(l, trs)
-	}
 }
 
 // updateWaitBitLocked sets the wait bit while requests wait or the key
@@ -330,11 +324,13 @@ func (l *Lane) doneWaitingLocked(t Ticket, o Kind, now time.Time, trs *Transitio
 	switch {
 	case state != Closed:
 	case l.rec != nil && t.has(recovFlag) && o == Success:
-		l.rec.success(now)
+		l.rec.success(now, now.Sub(time.Unix(0, t.at)))
 	case l.rec != nil && t.has(recovFlag) && o == Failure:
 		l.rec.cut(now)
+	case l.rec != nil && t.has(recovFlag):
+		l.rec.answered() // it told nothing, but it is not in flight any more
 	case l.rec == nil && o == Success && l.queue.len() > 0:
-		l.rec = newRecovery(now)
+		l.rec = newRecovery(now, l.queue.len())
 	case t.has(testFlag) && o == Failure:
 		l.testAt = now.Add(l.backoffLocked(now))
 	case t.has(testFlag):
@@ -366,102 +362,6 @@ func (l *Lane) backoffLocked(now time.Time) time.Duration {
 		jitter = time.Duration(float64(jitter) * float64(base) / float64(c.OpenFor))
 	}
 	return base + Uniform(0, jitter)
-}
-
-// recovery is the slow start of a key that has come back: the rate at
-// which its waiters go.
-type recovery struct {
-	lim    *rate.Limiter
-	start  time.Time // when it began, or was last cut
-	lastOK time.Time // the latest success of a request it let go
-	wmax   float64   // the rate the key was seen to take at the latest cut; 0 in slow start
-	beta   float64   // where the cut put the rate, as a share of wmax
-	// The successes of the requests it let go, counted per recoveryStep
-	// (the step at index step, and the one before), so that a cut knows
-	// what the key answered.
-	step    int64
-	ok, was int
-}
-
-func newRecovery(now time.Time) *recovery {
-	return &recovery{lim: rate.NewLimiter(recoveryRate, 1), start: now, lastOK: now}
-}
-
-// rateAt returns the rate at now. In slow start it doubles every
-// recoveryStep, and stops growing a step after the latest success: it
-// grows only while the key keeps answering. After a cut it follows CUBIC's
-// curve around the rate the key was seen to take.
-func (r *recovery) rateAt(now time.Time) float64 {
-	if r.wmax > 0 {
-		return cubicFrom(r.wmax, r.beta, now.Sub(r.start).Seconds())
-	}
-	t := min(now.Sub(r.start), r.lastOK.Sub(r.start)+recoveryStep).Seconds()
-	return math.Min(recoveryRate*math.Exp2(t/recoveryStep.Seconds()), 2*unpaceAt)
-}
-
-// nextIn returns how long until the limiter has a token at the current
-// rate.
-func (r *recovery) nextIn(now time.Time) time.Duration {
-	rt := r.rateAt(now)
-	r.lim.SetLimitAt(now, rate.Limit(rt))
-	missing := 1 - r.lim.TokensAt(now)
-	if missing <= 0 {
-		return 0
-	}
-	return time.Duration(missing / rt * float64(time.Second))
-}
-
-func (r *recovery) success(now time.Time) {
-	if now.After(r.lastOK) {
-		r.lastOK = now
-	}
-	r.count(now)
-	r.ok++
-}
-
-// count moves the per-step counts of successes to now's step.
-func (r *recovery) count(now time.Time) {
-	s := now.UnixNano() / int64(recoveryStep)
-	switch {
-	case s == r.step:
-	case s == r.step+1:
-		r.was, r.ok = r.ok, 0
-	default:
-		r.was, r.ok = 0, 0
-	}
-	r.step = s
-}
-
-// took returns the rate of successes the key was seen to answer: over the
-// step before now's, or over the part of now's step gone by, when that is
-// at least a quarter of a step and the higher (the rate went up at the
-// step's start, and the key answered more of it than it had been sent
-// before).
-func (r *recovery) took(now time.Time) float64 {
-	r.count(now)
-	took := float64(r.was) / recoveryStep.Seconds()
-	if part := time.Duration(now.UnixNano() % int64(recoveryStep)); part >= recoveryStep/4 {
-		took = max(took, float64(r.ok)/part.Seconds())
-	}
-	return took
-}
-
-// cut lowers the rate after a failure of a request the recovery let go: to
-// recoveryBeta of what the key was seen to answer, the rate it can take;
-// with no success to go by, to half the rate. Failures
-// within a step of the latest cut answer requests let go before it, at the
-// old rate, and cut nothing more.
-func (r *recovery) cut(now time.Time) {
-	if r.wmax > 0 && now.Sub(r.start) < recoveryStep {
-		return
-	}
-	if took := r.took(now); took > 0 {
-		r.wmax, r.beta = took, recoveryBeta
-	} else {
-		r.wmax, r.beta = r.rateAt(now), 0.5
-	}
-	r.start = now
-	r.lim.SetLimitAt(now, rate.Limit(r.rateAt(now)))
 }
 
 // later returns the later of a and b.
