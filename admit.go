@@ -144,7 +144,7 @@ func (r *retrier) report(trs perkey.Transitions) {
 
 func (r *retrier) reportAll(trs perkey.Transitions) {
 	for _, tr := range trs.List() {
-		if tr.Changed() && r.hooks.any() {
+		if tr.Circuit() && r.hooks.any() {
 			fire(r.hooks, (*Hooks).circuitChange, CircuitChangeInfo{Key: r.keyOf().String(), From: State(tr.From), To: State(tr.To), Until: tr.Until})
 		}
 		if r.t.breaker != nil {

@@ -47,7 +47,7 @@ func TestRetryAtCustomPolicy(t *testing.T) {
 					_, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 					require.ErrorIs(t, err, ErrCircuitOpen)
 					at, why := tr.RetryAt(nil, err)
-					require.Equal(t, AdviceCircuit, why)
+					require.Equal(t, ReasonCircuitOpen, why)
 					off := at.Sub(open)
 					require.True(t, off >= 0 && off < c.window, "%v after the circuit may let a probe through", off)
 					offs = append(offs, off)

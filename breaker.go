@@ -170,7 +170,7 @@ func NewBreaker(c BreakerConfig) *Breaker {
 // per-host memory: every policy but the ones known to ignore it.
 func stateful(p Policy) bool {
 	switch p.(type) {
-	case FullJitter, EqualJitter, Exponential, Immediate:
+	case FullJitter, EqualJitter, Exponential:
 		return false
 	}
 	return true
@@ -192,10 +192,9 @@ const (
 	StateClosed   = State(perkey.Closed)   // requests pass; failures are counted
 	StateOpen     = State(perkey.Open)     // requests are refused without touching the network
 	StateHalfOpen = State(perkey.HalfOpen) // a few probes pass; the rest are refused
-	StateHeld     = State(perkey.Held)     // the server asked, with a long Retry-After, for no requests until an instant; requests wait for it
 )
 
-// String returns the state's name: closed, open, half-open or held.
+// String returns the state's name: closed, open or half-open.
 func (s State) String() string {
 	switch s {
 	case StateClosed:
@@ -204,8 +203,6 @@ func (s State) String() string {
 		return "open"
 	case StateHalfOpen:
 		return "half-open"
-	case StateHeld:
-		return "held"
 	}
 	return "State(?)"
 }

@@ -341,23 +341,23 @@ func bkInterleave(a, b []bkEvent) []bkEvent {
 // without an attempt, and with the caller's body closed.
 func TestCircuitOpenFailsFast(t *testing.T) {
 	cases := []struct {
-		name     string
-		tripURL  string // the URL whose host's circuit is tripped
-		method   string
-		url      string
-		getBody  bool // the body can be replayed
-		wantHost string
+		name    string
+		tripURL string // the URL whose host's circuit is tripped
+		method  string
+		url     string
+		getBody bool   // the body can be replayed
+		wantKey string // the key Error names
 	}{
 		{name: "GET without body", tripURL: "https://api.example.test:8443", method: http.MethodGet,
-			url: "https://api.example.test:8443/hook", wantHost: "api.example.test:8443"},
+			url: "https://api.example.test:8443/hook", wantKey: "https://api.example.test:8443"},
 		{name: "PUT whose body cannot be replayed", tripURL: "https://api.example.test:8443", method: http.MethodPut,
-			url: "https://api.example.test:8443/hook", wantHost: "api.example.test:8443"},
+			url: "https://api.example.test:8443/hook", wantKey: "https://api.example.test:8443"},
 		{name: "PUT whose body has GetBody", tripURL: "https://api.example.test:8443", method: http.MethodPut,
-			url: "https://api.example.test:8443/hook", getBody: true, wantHost: "api.example.test:8443"},
+			url: "https://api.example.test:8443/hook", getBody: true, wantKey: "https://api.example.test:8443"},
 		{name: "POST that may not be retried", tripURL: "http://api.example.test", method: http.MethodPost,
-			url: "http://api.example.test/hook", wantHost: "api.example.test"},
+			url: "http://api.example.test/hook", wantKey: "http://api.example.test"},
 		{name: "same host spelled with case and default port", tripURL: "http://api.example.test", method: http.MethodGet,
-			url: "http://API.Example.test:80/hook", wantHost: "API.Example.test:80"},
+			url: "http://API.Example.test:80/hook", wantKey: "http://api.example.test"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -385,8 +385,8 @@ func TestCircuitOpenFailsFast(t *testing.T) {
 				require.ErrorIs(t, err, ErrCircuitOpen, "got %v, want an error wrapping ErrCircuitOpen", err)
 				var e *Error
 				require.ErrorAs(t, err, &e, "got %T, want *Error", err)
-				assert.Equal(t, c.wantHost, e.Host, "Error.Host")
-				assert.Contains(t, err.Error(), c.wantHost, "the message names the host")
+				assert.Equal(t, c.wantKey, e.Key, "Error.Key")
+				assert.Contains(t, err.Error(), c.wantKey, "the message names the key")
 				assert.Equal(t, ReasonCircuitOpen, e.Reason, "Error.Reason")
 				assert.Equal(t, 0, e.Attempts, "Error.Attempts")
 				assert.Equal(t, int64(0), fake.total.Load(), "attempts that reached next: got %d, want 0", fake.total.Load())
@@ -806,7 +806,7 @@ func TestCircuitOpenWakesSleepers(t *testing.T) {
 		require.ErrorIs(t, x.err, ErrCircuitOpen, "the sleeper toward x")
 		var e *Error
 		require.ErrorAs(t, x.err, &e)
-		assert.Equal(t, "x.test", e.Host, "Error.Host")
+		assert.Equal(t, "http://x.test", e.Key, "Error.Key")
 		assert.Equal(t, ReasonCircuitOpen, e.Reason, "Error.Reason")
 		assert.Equal(t, 1, e.Attempts, "Error.Attempts: the sleeper made no attempt after waking")
 		assert.Equal(t, 3, fake.callsTo("x.test"), "attempts to x: the sleeper's first and the other two")

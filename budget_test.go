@@ -267,7 +267,7 @@ func budgetGet(t *testing.T, rt http.RoundTripper, host string, id int) int {
 // empty (these tests are of the budget itself, as a dispatcher that keeps
 // its own queue meets it; waits are wait_test.go's).
 func newBudgetTransport(next http.RoundTripper, b *Budget) *Transport {
-	return New(next, WithBudget(b), WithBreaker(nil), WithPolicy(Immediate{}), WithMaxWait(0))
+	return New(next, WithBudget(b), WithBreaker(nil), WithPolicy(immediate{}), WithMaxWait(0))
 }
 
 func TestBudgetPerHost(t *testing.T) {

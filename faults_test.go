@@ -182,7 +182,7 @@ func TestFaultsAttemptTimeoutNeverDeadResponse(t *testing.T) {
 				next := newNext(reply{status: 200, newBody: func(req *http.Request) io.ReadCloser {
 					return ctxBody{req.Context()}
 				}, before: func(*http.Request) { time.Sleep(timeout + late) }})
-				tr := newT(next, WithAttemptTimeout(timeout), WithPolicy(Immediate{}), WithMaxAttempts(1))
+				tr := newT(next, WithAttemptTimeout(timeout), WithPolicy(immediate{}), WithMaxAttempts(1))
 				var ok, timedOut int
 				for range 1000 {
 					resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))

@@ -251,8 +251,8 @@ func FuzzPolicyDelay(f *testing.F) {
 		if d := (DecorrelatedJitter{Base: b, Cap: c}).Delay(n, p); d < lo || d > hi {
 			t.Fatalf("DecorrelatedJitter{%d, %d}.Delay(%d, %d) = %d, want in [%d, %d]", b, c, n, p, d, lo, hi)
 		}
-		if d := (Immediate{}).Delay(n, p); d != 0 {
-			t.Fatalf("Immediate{}.Delay(%d, %d) = %d, want 0", n, p, d)
+		if d := (immediate{}).Delay(n, p); d != 0 {
+			t.Fatalf("immediate{}.Delay(%d, %d) = %d, want 0", n, p, d)
 		}
 	})
 }
@@ -686,7 +686,7 @@ func FuzzRoundTrip(f *testing.F) {
 		// would refuse: both wait in real time (their own tests run in
 		// virtual time), and the model here is of the decision, not of the
 		// pace or the wait.
-		o := []Option{WithPolicy(Immediate{}), WithMaxRetryAfter(0), WithRetryAfterSpread(0), WithAdaptiveRate(),
+		o := []Option{WithPolicy(immediate{}), WithMaxRetryAfter(0), WithRetryAfterSpread(0), WithAdaptiveRate(),
 			WithMaxAttempts(c.maxAttempts), WithBodyBuffer(c.bodyBuffer), WithBudget(nil), WithBreaker(nil), WithMaxWait(0)}
 		switch {
 		case c.budget == 6:

@@ -100,8 +100,8 @@ type WaitInfo struct {
 type CircuitChangeInfo struct {
 	Key      string // the circuit's key: scheme://host[:port], or what WithKey computes
 	From, To State
-	// Until is when an open circuit may let a probe through, or a hold
-	// ends, for a change to StateOpen or StateHeld; the zero time otherwise.
+	// Until is when an open circuit may let a probe through, for a change
+	// to StateOpen; the zero time otherwise.
 	Until time.Time
 }
 

@@ -239,7 +239,7 @@ func WithCircuitOpenResponse() Option {
 	return newTransportOption("WithCircuitOpenResponse", func(t *Transport) { t.localOpen = true })
 }
 
-// WithFailingHorizon makes RetryAt answer AdviceNever (give the request
+// WithFailingHorizon makes RetryAt answer ReasonGone (give the request
 // up) for a failure of a key that has been failing for longer than d: its
 // circuit opened on failures that began more than d ago and has not closed
 // since. A dispatcher with its own queue uses it to disable an endpoint

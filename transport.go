@@ -30,7 +30,7 @@ type Transport struct {
 	keyFunc func(*http.Request) string
 	// localOpen: a request an open circuit refuses gets a local 503.
 	localOpen bool
-	// horizon: RetryAt answers AdviceNever for a key failing longer; 0: never.
+	// horizon: RetryAt answers ReasonGone for a key failing longer; 0: never.
 	horizon time.Duration
 	fleet   *Fleet // nil: this process alone
 	// lanes holds what is kept per key: the breaker's own lanes, or,
@@ -474,13 +474,6 @@ func sleepReason(err error) Reason {
 	return ReasonContextDone
 }
 
-func host(req *http.Request) string {
-	if req.URL == nil {
-		return ""
-	}
-	return req.URL.Host
-}
-
 // finish ends the request. resp is the last response if it is still
 // intact, and goes back to the caller as it is, with the caller's own
 // request as its Request; otherwise the caller gets an Error whose cause is
@@ -554,7 +547,7 @@ func (r *retrier) wrap(attemptErr error, reason Reason, cause error) error {
 		err = fmt.Errorf("%w after %w", cause, err)
 	}
 	k := r.keyOf()
-	e := &Error{Method: r.req.Method, Host: host(r.req), Key: k.String(), Attempts: r.attempts, Reason: reason, Err: err, Waited: r.waited, key: k}
+	e := &Error{Method: r.req.Method, Key: k.String(), Attempts: r.attempts, Reason: reason, Err: err, Waited: r.waited, key: k}
 	if (reason == ReasonCircuitOpen || reason == ReasonHeld) && r.lane != nil {
 		e.Until = r.probeAt()
 	}

@@ -209,14 +209,14 @@ func TestWaitDispatcherNever(t *testing.T) {
 		require.NoError(t, err)
 		readBody(t, resp)
 		at, why := gone.RetryAt(resp, nil)
-		assert.Equal(t, AdviceNever, why, "410 Gone")
+		assert.Equal(t, ReasonGone, why, "410 Gone")
 		assert.True(t, at.IsZero())
 
 		start := time.Now()
 		b := NewBreaker(BreakerConfig{})
 		next := &downFor{start: start, down: 48 * time.Hour}
 		tr := New(next, WithBreaker(b), WithBudget(nil), WithMaxWait(0), WithFailingHorizon(24*time.Hour))
-		send := func() (time.Time, Advice) {
+		send := func() (time.Time, Reason) {
 			resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 			if err == nil {
 				readBody(t, resp)
@@ -228,7 +228,7 @@ func TestWaitDispatcherNever(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 		at, why = send()
-		assert.Equal(t, AdviceCircuit, why, "failing for 3 s")
+		assert.Equal(t, ReasonCircuitOpen, why, "failing for 3 s")
 		assert.True(t, at.After(time.Now()))
 		host := b.Host(keyOf(mustParse(t, testURL)).String())
 		assert.Equal(t, start, host.FailingSince, "failing since the first failure")
@@ -236,7 +236,7 @@ func TestWaitDispatcherNever(t *testing.T) {
 		// A day later, still failing: give it up.
 		time.Sleep(25 * time.Hour)
 		at, why = send()
-		assert.Equal(t, AdviceNever, why, "failing for a day")
+		assert.Equal(t, ReasonGone, why, "failing for a day")
 		assert.True(t, at.IsZero())
 		assert.Equal(t, start, b.Host(host.Key).FailingSince, "still failing since the first failure")
 	})

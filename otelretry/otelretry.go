@@ -95,7 +95,7 @@ import (
 const ScopeName = "github.com/retryhttp/retryhttp/otelretry"
 
 // DelayBuckets returns the bucket boundaries, in seconds, of the
-// retryhttp.retry.delay histogram: 1 ms and below for Immediate and a
+// retryhttp.retry.delay histogram: 1 ms and below for a policy that retries at once and a
 // Retry-After of 0; 10, 50 and 100 ms; the bounds of the default FullJitter,
 // 200 ms doubling up to 25.6 s, then its 30 s cap; and 31 s, the default
 // Retry-After clamp plus its spread. A View in the SDK can replace them.
@@ -301,11 +301,8 @@ func (r *recorder) circuitChange(i retryhttp.CircuitChangeInfo) {
 	}
 	r.transitions.Add(ctx, 1, r.circuitSets.get(circuitKey{from: i.From, to: i.To}, host).add...)
 	// Half-open is not open: a circuit leaving open for half-open is one
-	// fewer open circuit, and one failing its probe is one more again. A
-	// hold begins and ends beside the circuit's state, which it leaves as
-	// it was: it does not move the gauge.
+	// fewer open circuit, and one failing its probe is one more again.
 	switch {
-	case i.From == retryhttp.StateHeld || i.To == retryhttp.StateHeld:
 	case i.To == retryhttp.StateOpen && i.From != retryhttp.StateOpen:
 		r.open.Add(ctx, 1, r.noSets.get(noKey{}, host).add...)
 	case i.From == retryhttp.StateOpen && i.To != retryhttp.StateOpen:

@@ -284,7 +284,7 @@ func TestNewHooks(t *testing.T) {
 				require.NoError(t, err)
 				opts := append([]retryhttp.Option{
 					retryhttp.WithHooks(hooks),
-					retryhttp.WithPolicy(retryhttp.Immediate{}),
+					retryhttp.WithPolicy(immediate{}),
 					retryhttp.WithBreaker(nil),
 				}, tc.opts...)
 				tr := retryhttp.New(script(tc.script...), opts...)
@@ -355,7 +355,7 @@ func TestCircuit(t *testing.T) {
 		next := script(reply{status: 503, wait: time.Millisecond}, reply{status: 503, wait: time.Millisecond}, reply{status: 200})
 		// Refusals come back at once (WithMaxWait(0)), so that the circuit's
 		// refusal is what each request ends with.
-		tr := retryhttp.New(next, retryhttp.WithHooks(hooks), retryhttp.WithPolicy(retryhttp.Immediate{}),
+		tr := retryhttp.New(next, retryhttp.WithHooks(hooks), retryhttp.WithPolicy(immediate{}),
 			retryhttp.WithBudget(nil), retryhttp.WithBreaker(breaker), retryhttp.WithMaxWait(0))
 		// A second transport shares the breaker, without the hooks: the
 		// breaker still reports its changes once.
@@ -428,7 +428,7 @@ func TestHostAttribute(t *testing.T) {
 					OnStateChange: onChange,
 				})
 				next := script(reply{status: 503, wait: time.Millisecond}, reply{status: 503, wait: time.Millisecond}, reply{status: 200})
-				tr := retryhttp.New(next, retryhttp.WithHooks(hooks), retryhttp.WithPolicy(retryhttp.Immediate{}),
+				tr := retryhttp.New(next, retryhttp.WithHooks(hooks), retryhttp.WithPolicy(immediate{}),
 					retryhttp.WithBudget(nil), retryhttp.WithBreaker(breaker))
 				secret := func(path string) *http.Request {
 					req := get(http.MethodGet, "https://API.example:8443/"+path+"?token=secret")
@@ -471,7 +471,7 @@ func TestConcurrent(t *testing.T) {
 		}
 		return respond(req, 200, nil), nil
 	})
-	tr := retryhttp.New(next, retryhttp.WithHooks(hooks), retryhttp.WithPolicy(retryhttp.Immediate{}),
+	tr := retryhttp.New(next, retryhttp.WithHooks(hooks), retryhttp.WithPolicy(immediate{}),
 		retryhttp.WithBudget(nil), retryhttp.WithBreaker(nil), retryhttp.WithMaxAttempts(2))
 	const goroutines, each = 16, 50
 	var wg sync.WaitGroup
@@ -518,7 +518,13 @@ func TestNewHooksNilProvider(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, hooks)
 	tr := retryhttp.New(script(reply{status: 503}, reply{status: 200}), retryhttp.WithHooks(hooks),
-		retryhttp.WithPolicy(retryhttp.Immediate{}))
+		retryhttp.WithPolicy(immediate{}))
 	sendAll(t, tr, get(http.MethodGet, "https://api.example/v1"))
 	assert.Equal(t, uint64(2), tr.Stats().Attempts)
 }
+
+// immediate retries at once: the tests' policy where a delay would only
+// slow them down.
+type immediate struct{}
+
+func (immediate) Delay(int, time.Duration) time.Duration { return 0 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryhttp/retryhttp"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -52,7 +53,7 @@ func TestRunWritesTableAndSVG(t *testing.T) {
 	require.Equal(t, c.clients, last.delivered, "redrive: every delivery made, by the server's count")
 	require.Zero(t, last.redrive.gaveUp)
 	require.Positive(t, last.redrive.redrives)
-	require.Positive(t, last.redrive.advice["budget"], "redrive: RetryAt advised by the budget")
+	require.Positive(t, last.redrive.advice[retryhttp.ReasonBudgetExhausted.String()], "redrive: RetryAt advised by the budget")
 	require.Greater(t, last.wasted, 0)
 	// Every first attempt failed, so each delivery's 200 came on a later
 	// attempt, redriven or retried: the rest of those failed.

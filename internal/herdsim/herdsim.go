@@ -74,11 +74,11 @@ type Result struct {
 	AfterAttempts, AfterRefused int
 	// With Redrive: Redrives counts calls to RoundTrip after a delivery's
 	// first, Advice what RetryAt answered to each failure (by reason,
-	// AdviceNone counting the zero time, which the fallback replaced),
+	// ReasonNone counting the zero time, which the fallback replaced),
 	// AtOnce the advised instants that had already come, and GaveUp the
 	// deliveries whose next instant fell past the horizon.
 	Redrives int
-	Advice   map[retryhttp.Advice]int
+	Advice   map[retryhttp.Reason]int
 	AtOnce   int
 	GaveUp   int
 }
@@ -111,7 +111,7 @@ func Run(s Scenario) Result {
 	)
 	var (
 		redrives, atOnce, gaveUp int
-		advice                   = map[retryhttp.Advice]int{}
+		advice                   = map[retryhttp.Reason]int{}
 	)
 	fallback := s.RedriveFallback
 	if fallback == nil {
@@ -146,7 +146,7 @@ func Run(s Scenario) Result {
 					refused = true
 				}
 				var next time.Time
-				var why retryhttp.Advice
+				var why retryhttp.Reason
 				if !ok && s.Redrive > 0 {
 					// Asked when the failure comes back, before the body is
 					// closed, as RetryAt's documentation says.

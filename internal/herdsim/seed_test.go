@@ -72,7 +72,7 @@ func scenarios(maxAttempts int) []Scenario {
 	oneMs := retryhttp.WithFirstAttemptJitter(time.Millisecond)
 	noWait := retryhttp.WithMaxWait(0)
 	return []Scenario{
-		{Name: "no backoff (immediate)", Options: alone(retryhttp.Immediate{})},
+		{Name: "no backoff (immediate)", Options: alone(noBackoff{})},
 		{Name: "plain exponential", Options: alone(retryhttp.Exponential{Base: base, Cap: maxDelay})},
 		{Name: "equal jitter", Options: alone(retryhttp.EqualJitter{Base: base, Cap: maxDelay})},
 		{Name: "full jitter", Options: alone(full)},
@@ -290,3 +290,9 @@ func sparkline(counts []int, limit int) string {
 	fmt.Fprintf(&b, " (max %d)", top)
 	return b.String()
 }
+
+// noBackoff retries at once, as a retry loop without backoff does.
+type noBackoff struct{}
+
+func (noBackoff) Delay(int, time.Duration) time.Duration { return 0 }
+func (noBackoff) MaxDelay() time.Duration                { return 0 }
