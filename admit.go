@@ -18,7 +18,7 @@ func (r *retrier) admit() error {
 		}
 		r.lane = r.t.lanes.Lane(r.keyOf())
 	}
-	tk, trs, err := r.lane.Admit(r.req.Context(), perkey.Limits{MaxInFlight: r.s.maxInFlight, RefuseInFlight: r.s.refuseInFlight})
+	tk, trs, err := r.lane.Admit(r.req.Context(), r.limits())
 	r.ticket, r.admitted = tk, err == nil
 	if err != nil || trs.Any() {
 		return r.admitSlow(trs, err)
@@ -26,32 +26,59 @@ func (r *retrier) admit() error {
 	return nil
 }
 
+// limits returns what the request's admission is bound by.
+func (r *retrier) limits() perkey.Limits {
+	return perkey.Limits{MaxInFlight: r.s.maxInFlight, RefuseInFlight: r.s.refuseInFlight, Queue: r.s.maxWait > r.waited}
+}
+
 // admitSlow finishes an admission that made changes or was refused: it
-// reports the changes, and while the key is held it waits for the hold's
-// end, plus a spread drawn like a Retry-After's so that the held requests
-// do not return together, when the request's deadline allows and its
-// waits for holds stay within its Retry-After clamp; then it asks again.
+// reports the changes; while the key is held it waits for the hold's end,
+// plus a spread drawn like a Retry-After's so that the held requests do
+// not return together, when the request's deadline allows and its waits
+// for holds stay within its Retry-After clamp; while the circuit is open
+// or the key isolated, it waits for the key to recover, when the request
+// may wait (WithMaxWait); then it asks again.
 func (r *retrier) admitSlow(trs perkey.Transitions, err error) error {
-	var waited time.Duration
+	var held time.Duration
 	for {
 		r.report(trs)
-		held, ok := err.(*perkey.HeldError)
-		if !ok {
-			return r.refused(err)
+		switch e := err.(type) {
+		case *perkey.HeldError:
+			r.t.stats.held.Add(1)
+			wait := time.Until(e.Until) + perkey.Uniform(0, r.s.retryAfterSpread)
+			dl, hasDeadline := r.req.Context().Deadline()
+			if held+wait > r.s.maxRetryAfter+r.s.retryAfterSpread || hasDeadline && !time.Now().Add(wait).Before(dl) {
+				return &heldError{until: e.Until}
+			}
+			if serr := r.sleep(wait); serr != nil && serr != ErrCircuitOpen {
+				return serr
+			}
+			held += wait
+			var tk perkey.Ticket
+			tk, trs, err = r.lane.Admit(r.req.Context(), r.limits())
+			r.ticket, r.admitted = tk, err == nil
+		default:
+			if (err != perkey.ErrOpen && err != perkey.ErrIsolated && err != perkey.ErrTurn) || r.maxWaitLeft() <= 0 {
+				return r.refused(err)
+			}
+			why := ReasonCircuitOpen
+			if err == perkey.ErrTurn {
+				// Not a refusal: the key has just recovered, and this
+				// request waits its turn behind those that waited for it.
+				why = ReasonNone
+			}
+			cause := r.refused(err)
+			trs, err = r.waitFor(why, r.lane.Wait)
+			r.report(trs) // whatever came of the wait
+			trs = perkey.Transitions{}
+			switch {
+			case err == perkey.ErrOpen || err == perkey.ErrIsolated || r.req.Context().Err() != nil:
+				// The wait ended unanswered: the refusal it waited out.
+				return r.waitRefused(err, cause)
+			case err != nil && !errors.As(err, new(*perkey.HeldError)):
+				return r.refused(err)
+			}
 		}
-		r.t.stats.held.Add(1)
-		wait := time.Until(held.Until) + perkey.Uniform(0, r.s.retryAfterSpread)
-		dl, hasDeadline := r.req.Context().Deadline()
-		if waited+wait > r.s.maxRetryAfter+r.s.retryAfterSpread || hasDeadline && !time.Now().Add(wait).Before(dl) {
-			return &heldError{until: held.Until}
-		}
-		if serr := r.sleep(wait); serr != nil {
-			return serr
-		}
-		waited += wait
-		var tk perkey.Ticket
-		tk, trs, err = r.lane.Admit(r.req.Context(), perkey.Limits{MaxInFlight: r.s.maxInFlight, RefuseInFlight: r.s.refuseInFlight})
-		r.ticket, r.admitted = tk, err == nil
 	}
 }
 
@@ -72,9 +99,24 @@ func (r *retrier) refused(err error) error {
 		return ErrConcurrencyLimit
 	case perkey.ErrPaced:
 		return errPaced
+	case perkey.ErrTurn:
+		return errTurn
 	}
 	return err
 }
+
+// errTurn is the cause when a request that waited its turn behind the
+// waiters of a recovering key was not let go in time. It satisfies
+// errors.Is(err, ErrCircuitOpen): the circuit has just closed, and the key
+// is taking back its load.
+var errTurn = &turnError{}
+
+type turnError struct{}
+
+func (*turnError) Error() string {
+	return "retryhttp: circuit open: the key is recovering, and the request's turn did not come"
+}
+func (*turnError) Is(target error) bool { return target == ErrCircuitOpen }
 
 // admitReason names why admission failed.
 func admitReason(err error) Reason {
@@ -102,7 +144,7 @@ func (r *retrier) report(trs perkey.Transitions) {
 
 func (r *retrier) reportAll(trs perkey.Transitions) {
 	for _, tr := range trs.List() {
-		if tr.Changed() && r.hooks.any() {
+		if tr.Circuit() && r.hooks.any() {
 			fire(r.hooks, (*Hooks).circuitChange, CircuitChangeInfo{Key: r.keyOf().String(), From: State(tr.From), To: State(tr.To), Until: tr.Until})
 		}
 		if r.t.breaker != nil {
@@ -131,9 +173,9 @@ type isolatedError struct{}
 func (*isolatedError) Error() string        { return "retryhttp: circuit open: isolated by an operator" }
 func (*isolatedError) Is(target error) bool { return target == ErrCircuitOpen }
 
-// holdThreshold is the shortest Retry-After that holds its key: as long as
-// the breaker's shortest open time. A server that asks for that long has
-// said what the breaker would need seconds of failures to learn, and every
-// request to the key, not only the one answered, should wait. A shorter
-// wait paces that one request, which its retry's delay obeys.
-const holdThreshold = defaultBreakerOpenFor
+// holdThreshold is the shortest Retry-After that holds its key. A server
+// that asks for 5 s or more has said what the breaker would need seconds
+// of failures to learn, and every request to the key, not only the one
+// answered, should wait. A shorter wait paces that one request, which its
+// retry's delay obeys.
+const holdThreshold = 5 * time.Second

@@ -9,36 +9,6 @@ import (
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
-// Advice says why RetryAt gave the instant it gave.
-type Advice int
-
-// The reasons RetryAt gives.
-const (
-	// AdviceNone: nothing suggests waiting; the zero time.
-	AdviceNone Advice = iota
-	// AdviceServer: the server asked, with Retry-After or Retry-After-Ms.
-	AdviceServer
-	// AdviceHeld: the key is held by a server's long Retry-After.
-	AdviceHeld
-	// AdviceCircuit: the key's circuit is open until then.
-	AdviceCircuit
-	// AdviceBudget: the retry budget holds no token until then.
-	AdviceBudget
-	// AdviceRate: the key's send rate, cut after it throttled, lets this
-	// request go about then; a request sent earlier would wait its turn.
-	AdviceRate
-)
-
-var adviceNames = [...]string{"none", "server", "held", "circuit", "budget", "rate"}
-
-// String returns the advice's name, such as "circuit".
-func (a Advice) String() string {
-	if a >= 0 && int(a) < len(adviceNames) {
-		return adviceNames[a]
-	}
-	return "Advice(?)"
-}
-
 // RetryAt tells a caller that got resp or err back from RoundTrip (or from
 // an http.Client over this transport) the earliest instant worth sending
 // the request again, and why: when the server asked (Retry-After, not
@@ -57,33 +27,37 @@ func (a Advice) String() string {
 // due: callers turned back at different times come back evenly, not piled
 // where their windows overlap. A success,
 // an answer that is not a failure, and an error nothing explains give the
-// zero time and AdviceNone: retry at once, or not at all, as the caller's
-// own policy says. An isolated key gives the zero time and AdviceCircuit:
-// no instant is known.
-func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Advice) {
+// zero time and ReasonNone: retry at once, or not at all, as the caller's
+// own policy says. An isolated key gives the zero time and ReasonCircuitOpen:
+// no instant is known. A 410 Gone, and a failure of a key that has been
+// failing for longer than WithFailingHorizon, give the zero time and
+// ReasonGone: give the request up (a dispatcher disables the endpoint).
+func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Reason) {
 	var (
 		k     hostKey
 		limit bool // the budget may be why: a failure handed back at once
 		at    time.Time
-		why   Advice
+		why   Reason
 	)
 	now := time.Now()
 	switch {
+	case resp != nil && resp.StatusCode == http.StatusGone:
+		return time.Time{}, ReasonGone
 	case resp != nil:
 		if resp.Request == nil || resp.Request.URL == nil || !t.s.retryIf(resp, nil) {
-			return time.Time{}, AdviceNone
+			return time.Time{}, ReasonNone
 		}
 		k = t.requestKey(resp.Request)
 		if resp.Header.Get(LocalHeader) == "" {
 			if w := parseServerWait(resp.Header, now, math.MaxInt64); w.ok {
-				at, why = now.Add(w.withSpread(t.s.retryAfterSpread)), AdviceServer
+				at, why = now.Add(w.withSpread(t.s.retryAfterSpread)), ReasonRetryAfter
 			}
 		}
 		limit = true
 	default:
 		var e *Error
 		if !errors.As(err, &e) || e.key == (hostKey{}) {
-			return time.Time{}, AdviceNone
+			return time.Time{}, ReasonNone
 		}
 		k = e.key
 		limit = e.Reason == ReasonBudgetExhausted
@@ -91,12 +65,15 @@ func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Advice) 
 	l := t.lanes.Peek(k)
 	if l != nil {
 		v := l.View(now)
+		if t.horizon > 0 && !v.FailingSince.IsZero() && now.Sub(v.FailingSince) > t.horizon {
+			return time.Time{}, ReasonGone
+		}
 		if v.Isolated {
-			return time.Time{}, AdviceCircuit
+			return time.Time{}, ReasonCircuitOpen
 		}
 		if v.Held {
 			if h := v.HoldUntil.Add(uniform(0, t.s.retryAfterSpread)); h.After(at) {
-				at, why = h, AdviceHeld
+				at, why = h, ReasonHeld
 			}
 		}
 		if v.State != perkey.Closed {
@@ -106,14 +83,14 @@ func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Advice) 
 			// delay, so that the many callers an open circuit refused do not
 			// come back as one herd when it closes.
 			if c := t.spread(l, later(now, v.OpenUntil)); c.After(at) {
-				at, why = c, AdviceCircuit
+				at, why = c, ReasonCircuitOpen
 			}
 		}
-		if why == AdviceNone && v.Paced {
+		if why == ReasonNone && v.Paced {
 			// A throttled key is sent to at the rate it admits: the budget
 			// and the policy's spread would only leave it idle. Come back
 			// about when the queue ahead is through.
-			return now.Add(v.Ahead), AdviceRate
+			return now.Add(v.Ahead), ReasonPaced
 		}
 	}
 	if limit && t.budget != nil {
@@ -121,7 +98,7 @@ func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Advice) 
 		// caller handed back by an empty budget would come for it.
 		if b, _ := t.budget.tokenAt(k, now); b.After(now) {
 			if b = t.spread(l, b); b.After(at) {
-				at, why = b, AdviceBudget
+				at, why = b, ReasonBudgetExhausted
 			}
 		}
 	}

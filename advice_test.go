@@ -40,14 +40,14 @@ func TestRetryAtCustomPolicy(t *testing.T) {
 				b := NewBreaker(bkConfig())
 				bkTrip(t, bkLane(b, testURL))
 				open := time.Now().Add(bkConfig().OpenFor)
-				tr := New(newNext(reply{status: 200}), WithBreaker(b), WithBudget(nil), WithPolicy(c.policy))
+				tr := New(newNext(reply{status: 200}), WithBreaker(b), WithBudget(nil), WithPolicy(c.policy), WithMaxWait(0))
 				const n = 1000
 				var offs []time.Duration
 				for range n {
 					_, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 					require.ErrorIs(t, err, ErrCircuitOpen)
 					at, why := tr.RetryAt(nil, err)
-					require.Equal(t, AdviceCircuit, why)
+					require.Equal(t, ReasonCircuitOpen, why)
 					off := at.Sub(open)
 					require.True(t, off >= 0 && off < c.window, "%v after the circuit may let a probe through", off)
 					offs = append(offs, off)

@@ -253,28 +253,43 @@ func (b *sentBody) release(ctx context.Context) error {
 	return nil
 }
 
+// readBounded reads a body whole if it holds at most drainLimit bytes and
+// arrives within d, then closes it; ok reports that it did.
+func readBounded(body io.ReadCloser, d time.Duration) (b []byte, ok bool) {
+	var err error
+	ok = readWithin(body, d, func(r io.Reader) { b, err = io.ReadAll(io.LimitReader(r, drainLimit+1)) })
+	return b, ok && err == nil && len(b) <= drainLimit
+}
+
 // drain reads at most drainLimit bytes of a discarded body, for at most d,
-// so that its connection can be reused, then closes it. A body that stalls
-// is closed when d runs out, which ends a read blocked on it.
+// so that its connection can be reused, then closes it.
 func drain(body io.ReadCloser, d time.Duration) {
+	readWithin(body, d, func(r io.Reader) { _, _ = io.CopyN(io.Discard, r, drainLimit) })
+}
+
+// readWithin runs read over body for at most d, then closes body. A body
+// that stalls is closed when d runs out, which ends a read blocked on it;
+// it reports whether read finished in time.
+func readWithin(body io.ReadCloser, d time.Duration, read func(io.Reader)) bool {
 	if body == http.NoBody {
-		return // nothing to read, nothing to close, no timer to set
+		return true // nothing to read, nothing to close, no timer to set
 	}
 	if d <= 0 {
 		body.Close()
-		return
+		return false
 	}
 	closed := make(chan struct{})
 	timer := time.AfterFunc(d, func() {
 		body.Close()
 		close(closed)
 	})
-	_, _ = io.CopyN(io.Discard, body, drainLimit)
+	read(body)
 	if timer.Stop() {
 		body.Close()
-		return
+		return true
 	}
 	<-closed
+	return false
 }
 
 // closeRequestBody closes the body of a request that will not be sent.

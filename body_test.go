@@ -72,7 +72,7 @@ func TestBodySharedReaderEarlyAnswer(t *testing.T) {
 				w.WriteHeader(http.StatusOK)
 			}))
 			defer srv.Close()
-			tr := New(nil, WithBudget(nil), WithBreaker(nil), WithPolicy(Immediate{}), WithMaxAttempts(6))
+			tr := New(nil, WithBudget(nil), WithBreaker(nil), WithPolicy(immediate{}), WithMaxAttempts(6))
 			defer tr.CloseIdleConnections()
 
 			const rounds = 3
@@ -166,9 +166,9 @@ func TestBodyDrainBoundedInTime(t *testing.T) {
 		wantAt   time.Duration // when the retry leaves, or the call returns
 		wantErr  bool
 	}{
-		{"no delay: the drain's bound", Immediate{}, 0, drainTimeout, false},
+		{"no delay: the drain's bound", immediate{}, 0, drainTimeout, false},
 		{"delay longer than the bound", Exponential{Base: 300 * time.Millisecond}, 0, 300 * time.Millisecond, false},
-		{"deadline before the bound", Immediate{}, 60 * time.Millisecond, 60 * time.Millisecond, true},
+		{"deadline before the bound", immediate{}, 60 * time.Millisecond, 60 * time.Millisecond, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -240,7 +240,7 @@ func TestBodyInnerGetBody(t *testing.T) {
 		}}, reply{status: 200})
 		req := newReq(t.Context(), http.MethodPut, shared)
 		req.GetBody = shared.getBody
-		resp, err := newT(next, WithPolicy(Immediate{})).RoundTrip(req)
+		resp, err := newT(next, WithPolicy(immediate{})).RoundTrip(req)
 		require.NoError(t, err)
 		readBody(t, resp)
 		assert.Equal(t, []string{"payload"}, inner)

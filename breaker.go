@@ -31,10 +31,16 @@ const (
 	// span, at which the circuit trips: a host that fails more often than it
 	// answers.
 	defaultBreakerFailureRatio = 0.5
-	// defaultBreakerOpenFor is the shortest time a circuit stays open: a few
-	// seconds lets a struggling host drain its queues, and a recovered one
-	// is found again within seconds.
-	defaultBreakerOpenFor = 5 * time.Second
+	// defaultBreakerOpenFor is the first open time of an outage: a quarter
+	// of a second (half a second at most, with the jitter), so that a host
+	// back within a second is found within about half a second, and the
+	// requests that wait for it wait no longer than that. The open time
+	// then grows with the outage, to a 64th of how long the host has been
+	// failing: one probe in every 10 to 20 s after ten minutes.
+	defaultBreakerOpenFor = 250 * time.Millisecond
+	// defaultBreakerMaxOpenFor bounds that growth: a host down for hours
+	// is probed about once a minute, spread over [60 s, 120 s).
+	defaultBreakerMaxOpenFor = 60 * time.Second
 	// defaultBreakerProbes is how many requests a half-open circuit lets
 	// through at once: one, as gobreaker does, so a host that is still down
 	// sees one request per open period, not a herd.
@@ -61,13 +67,20 @@ type BreakerConfig struct {
 	// at or above which the circuit trips. 0 means
 	// 0.5.
 	FailureRatio float64
-	// OpenFor is the shortest time an open circuit refuses requests.
-	// 0 means 5 s.
+	// OpenFor is the first time an open circuit refuses requests in an
+	// outage. When its probe fails, it opens again for longer: for a 64th
+	// of how long the host has been failing, at least OpenFor, at most
+	// MaxOpenFor. 0 means 250 ms.
 	OpenFor time.Duration
+	// MaxOpenFor is the longest time an open circuit refuses requests, as
+	// an outage goes on. 0 means 60 s; a value at or below OpenFor keeps
+	// every open time at OpenFor.
+	MaxOpenFor time.Duration
 	// OpenJitter is the width of the random time added to OpenFor each time
 	// a circuit opens, so that circuits tripped together (a fleet of
 	// clients, or many hosts behind one failed load balancer) do not
-	// half-open together. 0 means OpenFor (open for [5 s, 10 s) by default);
+	// half-open together; it grows with the open time, in proportion. 0
+	// means OpenFor (the first open time is in [250 ms, 500 ms) by default);
 	// a negative value means none.
 	OpenJitter time.Duration
 	// Probes is how many requests a half-open circuit lets through at once.
@@ -125,6 +138,9 @@ func NewBreaker(c BreakerConfig) *Breaker {
 	if c.OpenFor <= 0 {
 		c.OpenFor = defaultBreakerOpenFor
 	}
+	if c.MaxOpenFor <= 0 {
+		c.MaxOpenFor = defaultBreakerMaxOpenFor
+	}
 	if c.OpenJitter == 0 {
 		c.OpenJitter = c.OpenFor
 	}
@@ -136,12 +152,14 @@ func NewBreaker(c BreakerConfig) *Breaker {
 	c.Span = min(c.Span, maxBreakerDuration)
 	c.OpenFor = min(c.OpenFor, maxBreakerDuration)
 	c.OpenJitter = min(c.OpenJitter, maxBreakerDuration)
+	c.MaxOpenFor = min(c.MaxOpenFor, maxBreakerDuration)
 	return &Breaker{cfg: c, set: perkey.NewSet(perkey.Config{
 		Circuits:     true,
 		Span:         c.Span,
 		MinFailures:  c.MinFailures,
 		FailureRatio: c.FailureRatio,
 		OpenFor:      c.OpenFor,
+		MaxOpenFor:   c.MaxOpenFor,
 		OpenJitter:   c.OpenJitter,
 		Probes:       c.Probes,
 		MaxKeys:      c.MaxHosts,
@@ -152,7 +170,7 @@ func NewBreaker(c BreakerConfig) *Breaker {
 // per-host memory: every policy but the ones known to ignore it.
 func stateful(p Policy) bool {
 	switch p.(type) {
-	case FullJitter, EqualJitter, Exponential, Immediate:
+	case FullJitter, EqualJitter, Exponential:
 		return false
 	}
 	return true
@@ -174,10 +192,9 @@ const (
 	StateClosed   = State(perkey.Closed)   // requests pass; failures are counted
 	StateOpen     = State(perkey.Open)     // requests are refused without touching the network
 	StateHalfOpen = State(perkey.HalfOpen) // a few probes pass; the rest are refused
-	StateHeld     = State(perkey.Held)     // the server asked, with a long Retry-After, for no requests until an instant; requests wait for it
 )
 
-// String returns the state's name: closed, open, half-open or held.
+// String returns the state's name: closed, open or half-open.
 func (s State) String() string {
 	switch s {
 	case StateClosed:
@@ -186,8 +203,6 @@ func (s State) String() string {
 		return "open"
 	case StateHalfOpen:
 		return "half-open"
-	case StateHeld:
-		return "held"
 	}
 	return "State(?)"
 }

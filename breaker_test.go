@@ -91,10 +91,12 @@ func bkConfig() BreakerConfig {
 }
 
 // bkTransport builds the transports of these tests: the given breaker, no
-// budget (it would cut retries short and hide what the breaker does), and
-// opts after.
+// budget (it would cut retries short and hide what the breaker does), no
+// wait for an open circuit (these tests are of the circuit itself, as a
+// dispatcher that keeps its own queue meets it; waits are wait_test.go's),
+// and opts after.
 func bkTransport(next http.RoundTripper, b *Breaker, opts ...Option) *Transport {
-	return New(next, append([]Option{WithBudget(nil), WithBreaker(b)}, opts...)...)
+	return New(next, append([]Option{WithBudget(nil), WithBreaker(b), WithMaxWait(0)}, opts...)...)
 }
 
 // bkLane returns the lane of rawURL's host.
@@ -115,7 +117,7 @@ func bkState(l *perkey.Lane) State {
 // whether one is under way.
 func bkPeriod(l *perkey.Lane) (fails int, succ int64, failing bool) {
 	v := l.View(time.Now())
-	return v.Failures, v.Successes, !v.FailingSince.IsZero()
+	return v.Failures, v.Successes, v.Failing
 }
 
 // bkOpenUntil returns when an open lane may half-open.
@@ -339,23 +341,23 @@ func bkInterleave(a, b []bkEvent) []bkEvent {
 // without an attempt, and with the caller's body closed.
 func TestCircuitOpenFailsFast(t *testing.T) {
 	cases := []struct {
-		name     string
-		tripURL  string // the URL whose host's circuit is tripped
-		method   string
-		url      string
-		getBody  bool // the body can be replayed
-		wantHost string
+		name    string
+		tripURL string // the URL whose host's circuit is tripped
+		method  string
+		url     string
+		getBody bool   // the body can be replayed
+		wantKey string // the key Error names
 	}{
 		{name: "GET without body", tripURL: "https://api.example.test:8443", method: http.MethodGet,
-			url: "https://api.example.test:8443/hook", wantHost: "api.example.test:8443"},
+			url: "https://api.example.test:8443/hook", wantKey: "https://api.example.test:8443"},
 		{name: "PUT whose body cannot be replayed", tripURL: "https://api.example.test:8443", method: http.MethodPut,
-			url: "https://api.example.test:8443/hook", wantHost: "api.example.test:8443"},
+			url: "https://api.example.test:8443/hook", wantKey: "https://api.example.test:8443"},
 		{name: "PUT whose body has GetBody", tripURL: "https://api.example.test:8443", method: http.MethodPut,
-			url: "https://api.example.test:8443/hook", getBody: true, wantHost: "api.example.test:8443"},
+			url: "https://api.example.test:8443/hook", getBody: true, wantKey: "https://api.example.test:8443"},
 		{name: "POST that may not be retried", tripURL: "http://api.example.test", method: http.MethodPost,
-			url: "http://api.example.test/hook", wantHost: "api.example.test"},
+			url: "http://api.example.test/hook", wantKey: "http://api.example.test"},
 		{name: "same host spelled with case and default port", tripURL: "http://api.example.test", method: http.MethodGet,
-			url: "http://API.Example.test:80/hook", wantHost: "API.Example.test:80"},
+			url: "http://API.Example.test:80/hook", wantKey: "http://api.example.test"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -383,8 +385,8 @@ func TestCircuitOpenFailsFast(t *testing.T) {
 				require.ErrorIs(t, err, ErrCircuitOpen, "got %v, want an error wrapping ErrCircuitOpen", err)
 				var e *Error
 				require.ErrorAs(t, err, &e, "got %T, want *Error", err)
-				assert.Equal(t, c.wantHost, e.Host, "Error.Host")
-				assert.Contains(t, err.Error(), c.wantHost, "the message names the host")
+				assert.Equal(t, c.wantKey, e.Key, "Error.Key")
+				assert.Contains(t, err.Error(), c.wantKey, "the message names the key")
 				assert.Equal(t, ReasonCircuitOpen, e.Reason, "Error.Reason")
 				assert.Equal(t, 0, e.Attempts, "Error.Attempts")
 				assert.Equal(t, int64(0), fake.total.Load(), "attempts that reached next: got %d, want 0", fake.total.Load())
@@ -404,21 +406,17 @@ func TestCircuitOpenFailsFast(t *testing.T) {
 }
 
 // TestBreakerHalfOpenSpread trips 1,000 circuits (1,000 hosts behind one
-// Breaker with the default open time, 5 s plus up to 5 s of jitter) at one
-// virtual instant, then polls every host every 100 ms and records when each
-// first lets a probe through: the first probes must spread over the jitter
-// window instead of arriving together.
-//
-// Until a second before the open time ends, the polls are a second apart:
-// a host that let a probe through before 4 s is still found before 5 s,
-// and fails as early, so the polls at 100 ms there (half of all the
-// requests) would find nothing more.
+// Breaker with the default open time, 250 ms plus up to 250 ms of jitter)
+// at one virtual instant, then polls every host every 5 ms from just before
+// the open time ends, and records when each first lets a probe through:
+// the first probes must spread over the jitter window instead of arriving
+// together.
 func TestBreakerHalfOpenSpread(t *testing.T) {
 	t.Parallel() // heavy; shares nothing with other tests
 	synctest.Test(t, func(t *testing.T) {
 		const (
 			hosts = 1000
-			poll  = 100 * time.Millisecond
+			poll  = defaultBreakerOpenFor / 50 // 5 ms: 50 polls over the jitter's width
 		)
 		var down atomic.Bool
 		down.Store(true)
@@ -428,7 +426,7 @@ func TestBreakerHalfOpenSpread(t *testing.T) {
 			}
 			return http.StatusOK, nil
 		})
-		b := NewBreaker(BreakerConfig{}) // the defaults: open for [5 s, 10 s)
+		b := NewBreaker(BreakerConfig{}) // the defaults: open for [250 ms, 500 ms)
 		tr := bkTransport(fake, b, WithMaxAttempts(1))
 		reqs := make([]*http.Request, hosts)
 		for i := range reqs {
@@ -465,7 +463,7 @@ func TestBreakerHalfOpenSpread(t *testing.T) {
 
 		first := make([]time.Duration, hosts) // when each host first admitted a probe; 0: not yet
 		left := hosts
-		for left > 0 && time.Since(tripped) <= 11*time.Second {
+		for left > 0 && time.Since(tripped) <= 2*defaultBreakerOpenFor+10*poll {
 			for i := range hosts {
 				if first[i] != 0 {
 					continue
@@ -479,13 +477,16 @@ func TestBreakerHalfOpenSpread(t *testing.T) {
 				first[i] = time.Since(tripped)
 				left--
 			}
-			if time.Since(tripped) < defaultBreakerOpenFor-time.Second {
-				time.Sleep(time.Second)
+			if since := time.Since(tripped); since < defaultBreakerOpenFor-poll {
+				// Nothing half-opens before OpenFor: one poll just before
+				// it finds a host that did, as a failure, and the polls
+				// that matter begin there.
+				time.Sleep(defaultBreakerOpenFor - poll - since)
 			} else {
 				time.Sleep(poll)
 			}
 		}
-		require.Zero(t, left, "hosts that never half-opened within 11 s")
+		require.Zero(t, left, "hosts that never half-opened within twice the open time")
 		assert.Equal(t, int64(hosts), fake.total.Load()-callsAtTrip,
 			"attempts after the trip: one probe per host, none while open")
 
@@ -494,8 +495,8 @@ func TestBreakerHalfOpenSpread(t *testing.T) {
 		for i, d := range first {
 			require.GreaterOrEqual(t, d, defaultBreakerOpenFor, "host %d half-opened before OpenFor", i)
 			require.LessOrEqual(t, d, 2*defaultBreakerOpenFor, "host %d half-opened after OpenFor+OpenJitter", i)
-			// Polls are 100 ms apart: a probe at (5.0 s, 5.1 s] falls in
-			// bucket 0, one at (9.9 s, 10 s] in the last.
+			// Polls are 5 ms apart: a probe at (250 ms, 255 ms] falls in
+			// bucket 0, one at (495 ms, 500 ms] in the last.
 			counts[max(0, int((d-defaultBreakerOpenFor-1)/poll))]++
 		}
 		busiest, empty := slices.Max(counts), 0
@@ -504,12 +505,12 @@ func TestBreakerHalfOpenSpread(t *testing.T) {
 				empty++
 			}
 		}
-		t.Logf("first probes per 100 ms over [5 s, 10 s]: busiest %d (%.1f%%), quietest %d, empty buckets %d of %d; first %v, last %v",
+		t.Logf("first probes per 5 ms over [250 ms, 500 ms]: busiest %d (%.1f%%), quietest %d, empty buckets %d of %d; first %v, last %v",
 			busiest, 100*float64(busiest)/hosts, slices.Min(counts), empty, len(counts), slices.Min(first), slices.Max(first))
 		// Uniform over 50 buckets: 20 (2%) each; 50 (5%) is ~7 standard
 		// deviations away.
-		assert.LessOrEqual(t, busiest, hosts/20, "busiest 100 ms bucket: got %d probes, want at most 5%% of %d", busiest, hosts)
-		assert.LessOrEqual(t, empty, 5, "empty 100 ms buckets: got %d of %d, want the window covered", empty, len(counts))
+		assert.LessOrEqual(t, busiest, hosts/20, "busiest 5 ms bucket: got %d probes, want at most 5%% of %d", busiest, hosts)
+		assert.LessOrEqual(t, empty, 5, "empty 5 ms buckets: got %d of %d, want the window covered", empty, len(counts))
 	})
 }
 
@@ -805,7 +806,7 @@ func TestCircuitOpenWakesSleepers(t *testing.T) {
 		require.ErrorIs(t, x.err, ErrCircuitOpen, "the sleeper toward x")
 		var e *Error
 		require.ErrorAs(t, x.err, &e)
-		assert.Equal(t, "x.test", e.Host, "Error.Host")
+		assert.Equal(t, "http://x.test", e.Key, "Error.Key")
 		assert.Equal(t, ReasonCircuitOpen, e.Reason, "Error.Reason")
 		assert.Equal(t, 1, e.Attempts, "Error.Attempts: the sleeper made no attempt after waking")
 		assert.Equal(t, 3, fake.callsTo("x.test"), "attempts to x: the sleeper's first and the other two")
@@ -926,7 +927,7 @@ func TestCircuitOpenedDuringAttempt(t *testing.T) {
 		b := NewBreaker(bkConfig())
 		budget := NewBudget(BudgetConfig{})
 		var scheduled atomic.Int64
-		tr := New(next, WithBreaker(b), WithBudget(budget),
+		tr := New(next, WithBreaker(b), WithBudget(budget), WithMaxWait(0),
 			WithHooks(&Hooks{RetryScheduled: func(RetryInfo) { scheduled.Add(1) }}))
 		got := bkGo(t.Context(), tr, "http://host.test/slow")
 		synctest.Wait() // the attempt is in flight

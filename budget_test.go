@@ -262,8 +262,12 @@ func budgetGet(t *testing.T, rt http.RoundTripper, host string, id int) int {
 
 // newBudgetTransport returns a transport whose only limit on retries is the
 // budget: no breaker, no waiting, the default 4 attempts.
+// newBudgetTransport builds the transports of these tests: the given
+// budget, no breaker, no delay, and no wait for a key whose budget is
+// empty (these tests are of the budget itself, as a dispatcher that keeps
+// its own queue meets it; waits are wait_test.go's).
 func newBudgetTransport(next http.RoundTripper, b *Budget) *Transport {
-	return New(next, WithBudget(b), WithBreaker(nil), WithPolicy(Immediate{}))
+	return New(next, WithBudget(b), WithBreaker(nil), WithPolicy(immediate{}), WithMaxWait(0))
 }
 
 func TestBudgetPerHost(t *testing.T) {
@@ -450,7 +454,7 @@ func TestBudgetExhaustedReturnsAtOnce(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				next := newBudgetFake(body, map[string]int{host: -1})
 				b := NewBudget(c.cfg)
-				tr := New(next, WithBudget(b), WithBreaker(nil), WithPolicy(policy))
+				tr := New(next, WithBudget(b), WithBreaker(nil), WithPolicy(policy), WithMaxWait(0))
 				req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, "http://"+host+"/x", strings.NewReader("payload"))
 				require.NoError(t, err)
 

@@ -174,7 +174,7 @@ func TestClassifyPostNeverReached(t *testing.T) {
 			}
 			go func() { _ = srv.Serve(ln) }()
 		}}
-		tr := New(nil, WithBreaker(nil), WithPolicy(Immediate{}), WithHooks(hooks))
+		tr := New(nil, WithBreaker(nil), WithPolicy(immediate{}), WithHooks(hooks))
 		defer tr.CloseIdleConnections()
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "http://"+addr+"/hook", strings.NewReader("event"))
 		require.NoError(t, err)
@@ -199,7 +199,7 @@ func TestClassifyPostNeverReached(t *testing.T) {
 			conn.Close()
 		}))
 		defer srv.Close()
-		tr := New(nil, WithBreaker(nil), WithPolicy(Immediate{}))
+		tr := New(nil, WithBreaker(nil), WithPolicy(immediate{}))
 		defer tr.CloseIdleConnections()
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, srv.URL, strings.NewReader("event"))
 		require.NoError(t, err)

@@ -15,24 +15,33 @@ type hostKey = perkey.Key
 // report it.
 type HostState struct {
 	Key   string // as hooks and errors report it
-	State State  // StateClosed, StateOpen, StateHalfOpen or StateHeld
-	// Since is when the key entered State; the zero time for a key the
+	State State  // the circuit's: StateClosed, StateOpen or StateHalfOpen
+	// Since is when the circuit entered State; the zero time for a key the
 	// breaker does not hold.
 	Since time.Time
-	// Until is when an open circuit may let a probe through, or a hold
-	// ends; the zero time while isolated, and for other states.
+	// Until is when an open circuit may let a probe through; the zero
+	// time while isolated, and for other states.
 	Until time.Time
+	// HeldUntil is when the key's hold ends: a server asked, with a long
+	// Retry-After, for no request before then (a hold is not a state of
+	// the circuit, which goes on as it was beside it). The zero time when
+	// the key is not held.
+	HeldUntil time.Time
 	// Isolated reports that an operator opened the circuit with Isolate;
 	// it stays open until Reset.
 	Isolated bool
+	// FailingSince is when the key began failing: the first failure of
+	// the failures that opened its circuit, kept while it stays open or
+	// half-open, or of a failure period under way on a closed circuit; the
+	// zero time for a key that is not failing.
+	FailingSince time.Time
 }
 
-// hostState turns a lane's view into what Host and Snapshot report: a
-// hold in force shows as StateHeld unless the circuit is open.
+// hostState turns a lane's view into what Host and Snapshot report.
 func hostState(key string, v perkey.View) HostState {
-	s := HostState{Key: key, State: State(v.State), Since: v.Since, Until: v.OpenUntil, Isolated: v.Isolated}
-	if v.Held && v.State != perkey.Open {
-		s.State, s.Since, s.Until = StateHeld, v.HeldSince, v.HoldUntil
+	s := HostState{Key: key, State: State(v.State), Since: v.Since, Until: v.OpenUntil, Isolated: v.Isolated, FailingSince: v.FailingSince}
+	if v.Held {
+		s.HeldUntil = v.HoldUntil
 	}
 	return s
 }
@@ -94,7 +103,7 @@ func (b *Breaker) changed(l *perkey.Lane, trs perkey.Transitions, local bool) {
 // process or made by an operator, who acts on each process by itself. It
 // is called after the lane's lock is released.
 func (b *Breaker) notify(l *perkey.Lane, tr perkey.Transition, local bool) {
-	if tr.Changed() && b.cfg.OnStateChange != nil {
+	if tr.Circuit() && b.cfg.OnStateChange != nil {
 		b.cfg.OnStateChange(CircuitChangeInfo{Key: l.Key().String(), From: State(tr.From), To: State(tr.To), Until: tr.Until})
 	}
 	f := b.fleet.Load()

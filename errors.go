@@ -7,11 +7,14 @@ import (
 	"time"
 )
 
-// Reason says why the transport stopped retrying a request. It is carried by
-// Error and reported to hooks.
+// Reason says why the transport stopped retrying a request, carried by
+// Error and reported to hooks; or, from RetryAt, why it gave the instant it
+// gave. One type serves both, because the causes are the same: a request
+// that stops for an open circuit is told, by RetryAt, to come back when the
+// circuit may let it through.
 type Reason int
 
-// The reasons a request stops being retried.
+// The reasons a request stops being retried, or is to be sent again later.
 const (
 	// ReasonNone: the request has not stopped for any of the reasons below
 	// (for example, it succeeded).
@@ -41,6 +44,18 @@ const (
 	// ReasonConcurrencyLimit: the key had as many attempts in flight as
 	// WithConcurrencyLimit allows, which refuses the rest.
 	ReasonConcurrencyLimit
+	// ReasonRetryAfter (from RetryAt): the server asked for the wait, with
+	// Retry-After or Retry-After-Ms.
+	ReasonRetryAfter
+	// ReasonPaced (from RetryAt): the key's send rate, cut after it
+	// throttled, lets the request go about then; a request sent earlier
+	// would wait its turn.
+	ReasonPaced
+	// ReasonGone (from RetryAt): do not send the request again. The server
+	// said the resource is gone for good (410 Gone, which the Standard
+	// Webhooks convention uses for "disable this endpoint"), or the key has
+	// been failing for longer than WithFailingHorizon allows.
+	ReasonGone
 )
 
 var reasonNames = [...]string{
@@ -55,6 +70,9 @@ var reasonNames = [...]string{
 	ReasonContextDone:       "context done",
 	ReasonHeld:              "held",
 	ReasonConcurrencyLimit:  "concurrency limit",
+	ReasonRetryAfter:        "retry after",
+	ReasonPaced:             "paced",
+	ReasonGone:              "gone",
 }
 
 // String returns the reason in a few words, such as "attempts used".
@@ -66,12 +84,11 @@ func (r Reason) String() string {
 }
 
 // Error is the error RoundTrip returns when it returns no response. It names
-// the request's host and how many attempts were made, and wraps the cause,
+// the request's key and how many attempts were made, and wraps the cause,
 // so errors.Is and errors.As reach it: the last attempt's transport error,
 // the context's error, or ErrCircuitOpen.
 type Error struct {
 	Method   string // the request's method
-	Host     string // the request's URL host
 	Key      string // the key of the request's circuit: scheme://host[:port], or what WithKey computes
 	Attempts int    // attempts sent to the next RoundTripper; 0 if none was
 	Reason   Reason // why no further attempt was made
@@ -80,13 +97,16 @@ type Error struct {
 	// the key may be tried again; the zero time otherwise, or when an
 	// operator isolated the key.
 	Until time.Time
+	// Waited is how long the request waited, in all, for its key to
+	// recover (see WithMaxWait).
+	Waited time.Duration
 
 	key hostKey
 }
 
 // Error implements error.
 func (e *Error) Error() string {
-	return "retryhttp: " + e.Method + " " + e.Host + ": " + strconv.Itoa(e.Attempts) +
+	return "retryhttp: " + e.Method + " " + e.Key + ": " + strconv.Itoa(e.Attempts) +
 		" attempt" + plural(e.Attempts) + " (" + e.Reason.String() + "): " + e.Err.Error()
 }
 

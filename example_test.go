@@ -234,7 +234,7 @@ func TestSlogExampleRedacts(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			br := retryhttp.NewBreaker(retryhttp.BreakerConfig{Span: time.Second, MinFailures: 1})
 			tr := retryhttp.New(slogErrNext{}, retryhttp.WithHooks(hooks), retryhttp.WithBreaker(br),
-				retryhttp.WithPolicy(retryhttp.Exponential{Base: time.Second}))
+				retryhttp.WithPolicy(retryhttp.Exponential{Base: time.Second}), retryhttp.WithMaxWait(0))
 			// The errors the hooks are given quote the URL, secret included:
 			// slogHooks must not log them.
 			var seen []string

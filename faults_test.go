@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -183,7 +182,7 @@ func TestFaultsAttemptTimeoutNeverDeadResponse(t *testing.T) {
 				next := newNext(reply{status: 200, newBody: func(req *http.Request) io.ReadCloser {
 					return ctxBody{req.Context()}
 				}, before: func(*http.Request) { time.Sleep(timeout + late) }})
-				tr := newT(next, WithAttemptTimeout(timeout), WithPolicy(Immediate{}), WithMaxAttempts(1))
+				tr := newT(next, WithAttemptTimeout(timeout), WithPolicy(immediate{}), WithMaxAttempts(1))
 				var ok, timedOut int
 				for range 1000 {
 					resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
@@ -236,16 +235,8 @@ func (ctxBody) Close() error { return nil }
 // OnStateChange, and 31 to 54 of 20,000 were lost in each of five runs
 // when tried.
 func TestFaultsAbandonedHostsBounded(t *testing.T) {
-	if os.Getenv(abandonedHostsEnv) == "" {
-		// The heap is measured, so the test runs alone, in a process of
-		// its own, while the others run beside it here.
-		t.Parallel() // heavy; shares nothing with other tests
-		cmd := childTest(t.Name(), abandonedHostsEnv)
-		out, err := cmd.CombinedOutput()
-		t.Logf("in a child process:\n%s", out)
-		require.NoError(t, err, "the child process failed")
-		require.Contains(t, string(out), "--- PASS: "+t.Name(), "the child ran the test")
-		return
+	if inChild(t, abandonedHostsEnv) {
+		return // the heap is measured: the test ran alone, in a process of its own
 	}
 	const (
 		abandoned = 100_000

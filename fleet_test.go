@@ -140,8 +140,8 @@ func TestFleetSharesWhatItLearns(t *testing.T) {
 	shared.transports, shared.share = 8, true
 	isolated.transports = 8
 	r1, rs, ri := runFleetScenario(t, one), runFleetScenario(t, shared), runFleetScenario(t, isolated)
-	t.Logf("20 s outage, wasted attempts: one transport %d, 8 sharing %d (%.2fx), 8 isolated %d (%.2fx)",
-		r1.failed, rs.failed, float64(rs.failed)/float64(r1.failed), ri.failed, float64(ri.failed)/float64(r1.failed))
+	t.Logf("20 s outage, wasted attempts: one transport %d, 8 sharing %d (%.2fx), 8 isolated %d (%.2fx); from 5 s on: %d, %d, %d",
+		r1.failed, rs.failed, float64(rs.failed)/float64(r1.failed), ri.failed, float64(ri.failed)/float64(r1.failed), r1.late, rs.late, ri.late)
 	assert.LessOrEqual(t, float64(rs.failed), 1.10*float64(r1.failed), "8 sharing against one")
 	assert.GreaterOrEqual(t, float64(ri.failed), 1.3*float64(r1.failed), "8 isolated against one")
 

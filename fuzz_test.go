@@ -251,8 +251,8 @@ func FuzzPolicyDelay(f *testing.F) {
 		if d := (DecorrelatedJitter{Base: b, Cap: c}).Delay(n, p); d < lo || d > hi {
 			t.Fatalf("DecorrelatedJitter{%d, %d}.Delay(%d, %d) = %d, want in [%d, %d]", b, c, n, p, d, lo, hi)
 		}
-		if d := (Immediate{}).Delay(n, p); d != 0 {
-			t.Fatalf("Immediate{}.Delay(%d, %d) = %d, want 0", n, p, d)
+		if d := (immediate{}).Delay(n, p); d != 0 {
+			t.Fatalf("immediate{}.Delay(%d, %d) = %d, want 0", n, p, d)
 		}
 	})
 }
@@ -682,11 +682,12 @@ func FuzzRoundTrip(f *testing.F) {
 		}{req.Method, req.URL.String(), req.Header.Clone(), req.Body, req.GetBody != nil, req.ContentLength}
 
 		// The transport: every delay zero, so that nothing sleeps. The
-		// adaptive send rate is off: it paces a throttled key in real time
-		// (its own tests run in virtual time), and the model here is of the
-		// decision, not of the pace.
-		o := []Option{WithPolicy(Immediate{}), WithMaxRetryAfter(0), WithRetryAfterSpread(0), WithAdaptiveRate(),
-			WithMaxAttempts(c.maxAttempts), WithBodyBuffer(c.bodyBuffer), WithBudget(nil), WithBreaker(nil)}
+		// adaptive send rate is off, and so is the wait for a key that
+		// would refuse: both wait in real time (their own tests run in
+		// virtual time), and the model here is of the decision, not of the
+		// pace or the wait.
+		o := []Option{WithPolicy(immediate{}), WithMaxRetryAfter(0), WithRetryAfterSpread(0), WithAdaptiveRate(),
+			WithMaxAttempts(c.maxAttempts), WithBodyBuffer(c.bodyBuffer), WithBudget(nil), WithBreaker(nil), WithMaxWait(0)}
 		switch {
 		case c.budget == 6:
 			o = append(o, WithBudget(NewBudget(BudgetConfig{})))

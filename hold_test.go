@@ -122,13 +122,13 @@ func TestHoldRules(t *testing.T) {
 		require.NoError(t, err)
 		readBody(t, resp)
 		s := b.Host(keyOf(mustParse(t, testURL)).String())
-		assert.Equal(t, StateHeld, s.State)
-		assert.Equal(t, start.Add(defaultMaxRetryAfter), s.Until, "a hold never outlasts the clamp")
+		assert.Equal(t, StateClosed, s.State, "a hold is not a state of the circuit")
+		assert.Equal(t, start.Add(defaultMaxRetryAfter), s.HeldUntil, "a hold never outlasts the clamp")
 
 		// A shorter hold, and a success, leave it as it was.
 		assert.False(t, l.Hold(start.Add(10*time.Second)).Any(), "a shorter hold changes nothing")
 		bkFeed(l, outcomeSuccess)
-		assert.Equal(t, start.Add(defaultMaxRetryAfter), b.Host(s.Key).Until)
+		assert.Equal(t, start.Add(defaultMaxRetryAfter), b.Host(s.Key).HeldUntil)
 
 		// A request whose deadline comes first returns at once.
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
@@ -167,7 +167,7 @@ func TestHoldRetryAt(t *testing.T) {
 			require.NoError(t, err)
 			readBody(t, resp)
 			at, why := tr.RetryAt(resp, nil)
-			assert.Equal(t, AdviceNone, why, "a success")
+			assert.Equal(t, ReasonNone, why, "a success")
 			assert.True(t, at.IsZero())
 
 			tr = newT(newNext(reply{status: 503, header: http.Header{"Retry-After": {"2"}}}), WithMaxAttempts(1))
@@ -175,17 +175,17 @@ func TestHoldRetryAt(t *testing.T) {
 			require.NoError(t, err)
 			readBody(t, resp)
 			at, why = tr.RetryAt(resp, nil)
-			assert.Equal(t, AdviceServer, why)
+			assert.Equal(t, ReasonRetryAfter, why)
 			assert.True(t, !at.Before(now.Add(2*time.Second)) && at.Before(now.Add(3*time.Second)), "server: %v", at.Sub(now))
 
 			b := NewBreaker(bkConfig())
 			bkTrip(t, bkLane(b, testURL))
 			tripped := time.Now()
-			tr = New(newNext(reply{status: 200}), WithBreaker(b), WithBudget(nil))
+			tr = New(newNext(reply{status: 200}), WithBreaker(b), WithBudget(nil), WithMaxWait(0))
 			_, err = tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 			require.ErrorIs(t, err, ErrCircuitOpen)
 			at, why = tr.RetryAt(nil, err)
-			assert.Equal(t, AdviceCircuit, why)
+			assert.Equal(t, ReasonCircuitOpen, why)
 			open := tripped.Add(bkConfig().OpenFor)
 			assert.True(t, !at.Before(open) && at.Before(open.Add(30*time.Second)), "circuit: %v", at.Sub(open))
 
@@ -193,21 +193,21 @@ func TestHoldRetryAt(t *testing.T) {
 			bkLane(b, testURL).Hold(time.Now().Add(20 * time.Second))
 			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 			defer cancel()
-			tr = New(newNext(reply{status: 200}), WithBreaker(b))
+			tr = New(newNext(reply{status: 200}), WithBreaker(b), WithMaxWait(0))
 			_, err = tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
 			require.ErrorIs(t, err, ErrHeld)
 			at, why = tr.RetryAt(nil, err)
-			assert.Equal(t, AdviceHeld, why)
+			assert.Equal(t, ReasonHeld, why)
 			held := time.Now().Add(20 * time.Second)
 			assert.True(t, !at.Before(held) && at.Before(held.Add(defaultRetryAfterSpread)), "held: %v", at.Sub(held))
 
 			budget := NewBudget(BudgetConfig{Ratio: -1, MinPerSecond: 10})
-			tr = New(newNext(reply{status: 503}), WithBreaker(nil), WithBudget(budget), WithMaxAttempts(100), WithPolicy(Immediate{}))
+			tr = New(newNext(reply{status: 503}), WithBreaker(nil), WithBudget(budget), WithMaxAttempts(100), WithPolicy(immediate{}), WithMaxWait(0))
 			resp, err = tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 			require.NoError(t, err)
 			readBody(t, resp)
 			at, why = tr.RetryAt(resp, nil)
-			assert.Equal(t, AdviceBudget, why, "the floor's 10 tokens are spent")
+			assert.Equal(t, ReasonBudgetExhausted, why, "the floor's 10 tokens are spent")
 			assert.True(t, at.After(time.Now()) && !at.After(time.Now().Add(100*time.Millisecond+30*time.Second)), "budget: %v", time.Until(at))
 		})
 	})
@@ -221,7 +221,7 @@ func TestHoldRetryAt(t *testing.T) {
 			key := keyOf(mustParse(t, testURL)).String()
 			var violations atomic.Int64
 			next := newBreakerFake(func(*http.Request) (int, error) {
-				if st := b.Host(key).State; st == StateOpen || st == StateHeld {
+				if h := b.Host(key); h.State == StateOpen || !h.HeldUntil.IsZero() {
 					violations.Add(1)
 				}
 				switch since := time.Since(start); {
@@ -232,7 +232,7 @@ func TestHoldRetryAt(t *testing.T) {
 				}
 				return http.StatusOK, nil
 			})
-			tr := New(heldAfter{next, 10 * time.Second, start}, WithBreaker(b))
+			tr := New(heldAfter{next, 10 * time.Second, start}, WithBreaker(b), WithMaxWait(0))
 			var wg sync.WaitGroup
 			var delivered atomic.Int64
 			for i := range 200 {
@@ -247,10 +247,9 @@ func TestHoldRetryAt(t *testing.T) {
 			wg.Wait()
 			assert.Equal(t, int64(200), delivered.Load())
 			assert.Zero(t, violations.Load(), "attempts that reached a held or open host")
-			for _, st := range []State{StateOpen, StateHeld} {
-				_, ok := seen.Load(st)
-				assert.True(t, ok, "the key was never %v", st)
-			}
+			_, ok := seen.Load(StateOpen)
+			assert.True(t, ok, "the circuit never opened")
+			assert.NotZero(t, tr.Stats().Held, "the key was never held")
 		})
 	})
 }
@@ -304,7 +303,7 @@ func TestHoldOperatorControl(t *testing.T) {
 			changes = append(changes, i)
 		}})
 		next := newNext(reply{status: 200})
-		tr := New(next, WithBreaker(b))
+		tr := New(next, WithBreaker(b), WithMaxWait(0))
 		key := "http://example.test"
 
 		b.Isolate(key)
@@ -392,10 +391,10 @@ func TestHoldSharedBreakerReportsOnce(t *testing.T) {
 
 // Names of what RetryAt and hooks report.
 func TestHoldNames(t *testing.T) {
-	assert.Equal(t, []string{"none", "server", "held", "circuit", "budget", "rate", "Advice(?)"},
-		[]string{AdviceNone.String(), AdviceServer.String(), AdviceHeld.String(), AdviceCircuit.String(), AdviceBudget.String(), AdviceRate.String(), Advice(9).String()})
-	assert.Equal(t, []string{"held", "State(?)", "held", "Reason(99)"},
-		[]string{StateHeld.String(), State(9).String(), ReasonHeld.String(), Reason(99).String()})
+	assert.Equal(t, []string{"none", "retry after", "held", "circuit open", "budget exhausted", "paced", "gone", "Reason(99)"},
+		[]string{ReasonNone.String(), ReasonRetryAfter.String(), ReasonHeld.String(), ReasonCircuitOpen.String(), ReasonBudgetExhausted.String(), ReasonPaced.String(), ReasonGone.String(), Reason(99).String()})
+	assert.Equal(t, []string{"closed", "open", "half-open", "State(?)"},
+		[]string{StateClosed.String(), StateOpen.String(), StateHalfOpen.String(), State(3).String()})
 	err := (&heldError{until: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}).Error()
 	assert.Equal(t, "retryhttp: held by the server's Retry-After until 2030-01-02T03:04:05Z", err)
 }
@@ -407,10 +406,10 @@ func TestHoldRetryAtEdges(t *testing.T) {
 		tr := newT(newNext(reply{status: 503}))
 		at, why := tr.RetryAt(nil, context.Canceled)
 		assert.True(t, at.IsZero())
-		assert.Equal(t, AdviceNone, why, "an error that is not an Error")
+		assert.Equal(t, ReasonNone, why, "an error that is not an Error")
 		at, why = tr.RetryAt(&http.Response{StatusCode: 503}, nil)
 		assert.True(t, at.IsZero())
-		assert.Equal(t, AdviceNone, why, "a response without its request")
+		assert.Equal(t, ReasonNone, why, "a response without its request")
 
 		b := NewBreaker(BreakerConfig{})
 		b.Isolate("http://example.test")
@@ -418,7 +417,7 @@ func TestHoldRetryAtEdges(t *testing.T) {
 		_, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 		at, why = tr.RetryAt(nil, err)
 		assert.True(t, at.IsZero())
-		assert.Equal(t, AdviceCircuit, why, "an isolated key: no instant")
+		assert.Equal(t, ReasonCircuitOpen, why, "an isolated key: no instant")
 		assert.True(t, b.Host("http://example.test").Isolated)
 		assert.Equal(t, HostState{Key: "http://other.test", State: StateClosed}, b.Host("http://other.test"))
 		b.Reset("http://never.test") // nothing to reset
@@ -434,17 +433,17 @@ func TestHoldRetryAtEdges(t *testing.T) {
 		_, err = tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 		require.ErrorIs(t, err, ErrCircuitOpen)
 		at, why = tr.RetryAt(nil, err)
-		assert.Equal(t, AdviceCircuit, why, "refused while half-open")
+		assert.Equal(t, ReasonCircuitOpen, why, "refused while half-open")
 		assert.False(t, at.Before(time.Now()))
 
 		noFloor := NewBudget(BudgetConfig{MinPerSecond: -1, Ratio: -1})
-		tr = New(newNext(reply{status: 503}), WithBreaker(nil), WithBudget(noFloor), WithPolicy(Immediate{}))
+		tr = New(newNext(reply{status: 503}), WithBreaker(nil), WithBudget(noFloor), WithPolicy(immediate{}))
 		resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 		require.NoError(t, err)
 		readBody(t, resp)
 		at, why = tr.RetryAt(resp, nil)
 		assert.True(t, at.IsZero(), "no floor: no instant the budget knows")
-		assert.Equal(t, AdviceNone, why)
+		assert.Equal(t, ReasonNone, why)
 
 		perHost := NewBudget(BudgetConfig{PerHost: true})
 		at, _ = perHost.tokenAt(hostKey{Host: "fresh"}, time.Now())

@@ -32,6 +32,9 @@ type Hooks struct {
 	// GiveUp is called when the transport stops retrying a request whose
 	// last outcome was a failure, or returns an error: the reason says why.
 	GiveUp func(GiveUpInfo)
+	// WaitDone is called when a request's wait for its key to recover
+	// ends: the key let it go, or the wait ran out.
+	WaitDone func(WaitInfo)
 	// CircuitChange is called when a key's circuit changes state, with the
 	// hooks of the request whose attempt (or admission) changed it; a
 	// Breaker shared between transports reports through the transport whose
@@ -74,14 +77,31 @@ type GiveUpInfo struct {
 	// Local reports that the response is the transport's own answer for
 	// an open circuit (WithCircuitOpenResponse), not the server's.
 	Local bool
+	// Waited is how long the request waited, in all, for its key to
+	// recover (see WithMaxWait).
+	Waited time.Duration
+}
+
+// WaitInfo describes a request's wait for its key to recover.
+type WaitInfo struct {
+	Request *http.Request // the caller's request
+	Key     string        // the key it waited for
+	// Cause is what would have refused the request: ReasonCircuitOpen (an
+	// open circuit, or an isolated key) or ReasonBudgetExhausted (no token
+	// for its retry); ReasonNone for a request that waited behind others
+	// already waiting for its key (its retry asked no token), or for its
+	// turn while the key takes back its load after recovering.
+	Cause    Reason
+	Waited   time.Duration
+	Released bool // the key let it go; false: the wait ran out, or its context ended
 }
 
 // CircuitChangeInfo describes a change of a host's circuit.
 type CircuitChangeInfo struct {
 	Key      string // the circuit's key: scheme://host[:port], or what WithKey computes
 	From, To State
-	// Until is when an open circuit may let a probe through, or a hold
-	// ends, for a change to StateOpen or StateHeld; the zero time otherwise.
+	// Until is when an open circuit may let a probe through, for a change
+	// to StateOpen; the zero time otherwise.
 	Until time.Time
 }
 
@@ -126,3 +146,4 @@ func (h *Hooks) attemptDone() func(AttemptDoneInfo)     { return h.AttemptDone }
 func (h *Hooks) retryScheduled() func(RetryInfo)        { return h.RetryScheduled }
 func (h *Hooks) giveUp() func(GiveUpInfo)               { return h.GiveUp }
 func (h *Hooks) circuitChange() func(CircuitChangeInfo) { return h.CircuitChange }
+func (h *Hooks) waitDone() func(WaitInfo)               { return h.WaitDone }

@@ -178,7 +178,7 @@ func both(infos ...any) []hookEvent {
 // has no spread, so that delays are exact; opts come after and may turn
 // them back on.
 func newHookTransport(next http.RoundTripper, log *hookLog, opts ...Option) *Transport {
-	base := []Option{WithBudget(nil), WithBreaker(nil), WithRetryAfterSpread(0), WithHooks(log.hooks("transport"))}
+	base := []Option{WithBudget(nil), WithBreaker(nil), WithRetryAfterSpread(0), WithMaxWait(0), WithHooks(log.hooks("transport"))}
 	return New(next, append(base, opts...)...)
 }
 
@@ -233,10 +233,9 @@ func TestHooksAttemptEvents(t *testing.T) {
 			RetryInfo{Retry: 3, Delay: 2 * time.Second, RetryAfter: true},
 			AttemptStartInfo{Attempt: 4},
 			AttemptDoneInfo{Attempt: 4, Status: 429},
-			// A Retry-After of 5 s or more holds the key, to the clamp.
-			CircuitChangeInfo{Key: "http://host", From: StateClosed, To: StateHeld, Until: start.Add(2340*time.Millisecond + 7*time.Second)},
+			// A Retry-After of 5 s or more holds the key, to the clamp:
+			// not a change of the circuit.
 			RetryInfo{Retry: 4, Delay: 7 * time.Second, RetryAfter: true, Clamped: true},
-			CircuitChangeInfo{Key: "http://host", From: StateHeld, To: StateClosed},
 			AttemptStartInfo{Attempt: 5},
 			AttemptDoneInfo{Attempt: 5, Status: 503, Duration: time.Millisecond},
 			GiveUpInfo{Attempts: 5, Reason: ReasonAttemptsUsed, Status: 503},
@@ -254,7 +253,7 @@ func TestHooksPartial(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		next := newHookFake(map[string][]hookStep{"/": {{status: 503}, {status: 200}}})
 		var starts []int
-		tr := New(next, WithBudget(nil), WithBreaker(nil), WithPolicy(Immediate{}),
+		tr := New(next, WithBudget(nil), WithBreaker(nil), WithPolicy(immediate{}),
 			WithHooks(&Hooks{AttemptStart: func(i AttemptStartInfo) { starts = append(starts, i.Attempt) }}))
 		ctx := ContextWithHooks(t.Context(), nil)
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://host/", nil)
@@ -362,7 +361,7 @@ func TestHooksGiveUpReasons(t *testing.T) {
 			name:  "not_retryable",
 			steps: []hookStep{{err: certErr}},
 			want: GiveUpInfo{Attempts: 1, Reason: ReasonNotRetryable, Err: &Error{
-				Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 1, Reason: ReasonNotRetryable, Err: certErr, key: hostKey{Scheme: "http", Host: "host"},
+				Method: http.MethodGet, Key: "http://host", Attempts: 1, Reason: ReasonNotRetryable, Err: certErr, key: hostKey{Scheme: "http", Host: "host"},
 			}},
 		},
 		{
@@ -375,7 +374,7 @@ func TestHooksGiveUpReasons(t *testing.T) {
 				return ctx, cancel
 			},
 			want: GiveUpInfo{Attempts: 1, Reason: ReasonContextDone, Err: &Error{
-				Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 1, Reason: ReasonContextDone, Err: context.Canceled, key: hostKey{Scheme: "http", Host: "host"},
+				Method: http.MethodGet, Key: "http://host", Attempts: 1, Reason: ReasonContextDone, Err: context.Canceled, key: hostKey{Scheme: "http", Host: "host"},
 			}},
 			retries: 1,
 			elapsed: time.Second,
@@ -479,7 +478,7 @@ func TestHooksCircuitChange(t *testing.T) {
 		require.Nil(t, resp)
 		require.ErrorIs(t, err, ErrCircuitOpen)
 		assert.Equal(t, both(GiveUpInfo{Attempts: 0, Reason: ReasonCircuitOpen, Err: &Error{
-			Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 0, Reason: ReasonCircuitOpen, Err: ErrCircuitOpen,
+			Method: http.MethodGet, Key: "http://host", Attempts: 0, Reason: ReasonCircuitOpen, Err: ErrCircuitOpen,
 			Until: start.Add(3 * time.Second), key: hostKey{Scheme: "http", Host: "host"},
 		}}), log.take(t, req), "t=1s: refused")
 		assert.Equal(t, 2, next.count("/"), "the refused request reached the network")
@@ -514,7 +513,7 @@ func TestHooksCircuitOpenWakesSleeper(t *testing.T) {
 		})
 		start := time.Now()
 		br := NewBreaker(BreakerConfig{Span: time.Second, MinFailures: 1, OpenJitter: -1})
-		tr := New(next, WithBudget(nil), WithBreaker(br), WithRetryAfterSpread(0))
+		tr := New(next, WithBudget(nil), WithBreaker(br), WithRetryAfterSpread(0), WithMaxWait(0))
 		var logA, logB hookLog
 
 		reqA := hookReq(t.Context(), &logA, http.MethodGet, "http://host/a", nil)
@@ -545,7 +544,7 @@ func TestHooksCircuitOpenWakesSleeper(t *testing.T) {
 		assert.Equal(t, time.Second, elapsedA, "A woke when the circuit opened, not after its 4 s")
 		require.ErrorIs(t, errA, ErrCircuitOpen)
 		opened := start.Add(time.Second + defaultBreakerOpenFor)
-		wantErr := &Error{Method: http.MethodGet, Host: "host", Key: "http://host", Attempts: 1, Reason: ReasonCircuitOpen, Err: ErrCircuitOpen,
+		wantErr := &Error{Method: http.MethodGet, Key: "http://host", Attempts: 1, Reason: ReasonCircuitOpen, Err: ErrCircuitOpen,
 			Until: opened, key: hostKey{Scheme: "http", Host: "host"}}
 		assert.Equal(t, []hookEvent{
 			{"request", AttemptStartInfo{Attempt: 1}},

@@ -229,11 +229,26 @@ func WithKey(f func(*http.Request) string) Option {
 // (milliseconds, which aws-sdk-go-v2 reads), and carries the header
 // X-Retryhttp-Local: circuit-open to mark it as made by this transport, not
 // by the server; its body is a JSON error object. GiveUp hooks see it with
-// GiveUpInfo.Local set, and Stats counts it in LocalResponses. Without this
-// option (the default) the transport never invents a response: the caller
-// gets an Error wrapping ErrCircuitOpen.
+// GiveUpInfo.Local set, and Stats counts it in LocalResponses. A request
+// first waits for the key to recover, as WithMaxWait allows, and gets the
+// local 503 if its wait ends unanswered; with WithMaxWait(0) it gets it at
+// once, so that the SDK's own backoff is all there is. Without this option
+// (the default) the transport never invents a response: the caller gets an
+// Error wrapping ErrCircuitOpen.
 func WithCircuitOpenResponse() Option {
 	return newTransportOption("WithCircuitOpenResponse", func(t *Transport) { t.localOpen = true })
+}
+
+// WithFailingHorizon makes RetryAt answer ReasonGone (give the request
+// up) for a failure of a key that has been failing for longer than d: its
+// circuit opened on failures that began more than d ago and has not closed
+// since. A dispatcher with its own queue uses it to disable an endpoint
+// that has been failing for days, as webhook senders do (Svix after five
+// days, Stripe after three). Breaker.Host says since when a key has been
+// failing. 0 turns it off (the default): RetryAt always gives an instant.
+func WithFailingHorizon(d time.Duration) Option {
+	nonNegative("WithFailingHorizon", d)
+	return newTransportOption("WithFailingHorizon", func(t *Transport) { t.horizon = d })
 }
 
 // minAttemptTimeout is the shortest attempt timeout WithAttemptTimeout sets.

@@ -128,7 +128,7 @@ func TestPeerBodyRewoundEveryKind(t *testing.T) {
 			const u = "http://example.test/v1/foo"
 			req := peerReq(t, t.Context(), c.method, u, c.body)
 			req.Header.Set("foo", "bar")
-			resp, err := newT(next, append(c.opts, WithMaxAttempts(6), WithPolicy(Immediate{}))...).RoundTrip(req)
+			resp, err := newT(next, append(c.opts, WithMaxAttempts(6), WithPolicy(immediate{}))...).RoundTrip(req)
 			require.NoError(t, err)
 			assert.Equal(t, "ok", readBody(t, resp))
 			reqs := next.requests()
@@ -225,7 +225,7 @@ func TestPeerCallerBodyClosedOnce(t *testing.T) {
 		{"success first time", nil, 0, 1, ReasonNone},
 		{"retries used up on 503", nil, 0, defaultMaxAttempts, ReasonAttemptsUsed},
 		{"cancelled during the backoff wait", []Option{WithPolicy(Exponential{Base: 10 * time.Second})}, 3 * time.Second, 1, ReasonContextDone},
-		{"budget exhausted", []Option{WithBudget(NewBudget(BudgetConfig{Ratio: -1, MinPerSecond: -1}))}, 0, 1, ReasonBudgetExhausted},
+		{"budget exhausted", []Option{WithBudget(NewBudget(BudgetConfig{Ratio: -1, MinPerSecond: -1})), WithMaxWait(0)}, 0, 1, ReasonBudgetExhausted},
 	}
 	for _, c := range cases {
 		peerRun(t, c.name, func(t *testing.T) {
@@ -357,7 +357,7 @@ func TestPeerStreamingBodyNotReadAhead(t *testing.T) {
 func TestPeerSameRequestTwice(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		next := newNext(reply{status: 503}, reply{status: 200, body: "first"}, reply{status: 503}, reply{status: 200, body: "second"})
-		tr := newT(next, WithPolicy(Immediate{}))
+		tr := newT(next, WithPolicy(immediate{}))
 		req := newReq(t.Context(), http.MethodGet, nil)
 		before := snapshotOf(req)
 		for i, want := range []string{"first", "second"} {
@@ -393,7 +393,7 @@ func TestPeerStatusRows(t *testing.T) {
 	for _, c := range cases {
 		peerRun(t, c.name, func(t *testing.T) {
 			next := newNext(c.script...)
-			resp, err := newT(next, WithPolicy(Immediate{}), c.opt).RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+			resp, err := newT(next, WithPolicy(immediate{}), c.opt).RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 			require.NoError(t, err)
 			assert.Equal(t, c.wantCode, resp.StatusCode)
 			assert.Equal(t, "ok", readBody(t, resp))
@@ -411,7 +411,7 @@ func TestPeerErrorHidesURLPassword(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, ln.Close()) // a closed port: every dial is refused
 	u := "http://user:pasten@" + ln.Addr().String() + "/"
-	tr := newT(nil, WithPolicy(Immediate{}))
+	tr := newT(nil, WithPolicy(immediate{}))
 	defer tr.CloseIdleConnections()
 	_, err = (&http.Client{Transport: tr}).Do(peerReq(t, t.Context(), "GET", u, nil))
 	assert.ErrorIs(t, err, syscall.ECONNREFUSED)
@@ -466,7 +466,7 @@ func TestPeerDrainedConnectionReused(t *testing.T) {
 		}
 		io.WriteString(w, "a short body")
 	})
-	tr := newT(nil, WithPolicy(Immediate{}))
+	tr := newT(nil, WithPolicy(immediate{}))
 	defer tr.CloseIdleConnections()
 	resp, err := tr.RoundTrip(peerReq(t, t.Context(), "GET", srv.URL+"/x", nil))
 	require.NoError(t, err)
@@ -583,7 +583,7 @@ func TestPeerRedirectsUnderClient(t *testing.T) {
 			w.WriteHeader(503)
 		}
 	})
-	tr := New(nil, WithPolicy(Immediate{}))
+	tr := New(nil, WithPolicy(immediate{}))
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr}
 	resp, err := client.Do(peerReq(t, t.Context(), "PUT", srv.URL+"/a", strings.NewReader("payload")))

@@ -134,18 +134,6 @@ func (p Exponential) Delay(n int, _ time.Duration) time.Duration {
 // MaxDelay returns the longest delay p draws: its cap.
 func (p Exponential) MaxDelay() time.Duration { return bound(64, p.Base, p.Cap) }
 
-// Immediate retries without waiting. It exists to show, in benchmarks, what
-// retrying without backoff does to a failing endpoint; a Retry-After header
-// still applies. Immediate is safe for concurrent use.
-type Immediate struct{}
-
-// Delay implements Policy.
-func (Immediate) Delay(int, time.Duration) time.Duration { return 0 }
-
-// MaxDelay returns 0: Immediate never waits, so RetryAt does not spread
-// the callers it sends back.
-func (Immediate) MaxDelay() time.Duration { return 0 }
-
 // defaults returns base and cap with the defaults applied to fields that are
 // zero or negative.
 func defaults(base, maxd time.Duration) (time.Duration, time.Duration) {

@@ -265,7 +265,6 @@ func TestPolicyBounds(t *testing.T) {
 					{"FullJitter", FullJitter{base, maxd}, halfOpen(0, d)},
 					{"EqualJitter", EqualJitter{base, maxd}, halfOpen(d/2, d)},
 					{"Exponential", Exponential{base, maxd}, closed(d, d)},
-					{"Immediate", Immediate{}, closed(0, 0)},
 				}
 				for _, ch := range checks {
 					for _, prev := range prevs {
@@ -339,16 +338,6 @@ func TestPolicyOddCap(t *testing.T) {
 	}
 }
 
-func TestPolicyImmediate(t *testing.T) {
-	for _, n := range []int{math.MinInt, 0, 1, 2, 1000, math.MaxInt} {
-		for _, prev := range []time.Duration{math.MinInt64, 0, time.Second, math.MaxInt64} {
-			t.Run(fmt.Sprintf("n=%d/prev=%d", n, prev), func(t *testing.T) {
-				require.Zero(t, Immediate{}.Delay(n, prev))
-			})
-		}
-	}
-}
-
 // TestPolicyTransportsDrawDifferentSequences checks that two transports in
 // one process do not share a sequence: a herd of clients built the same way
 // must not retry in step.
@@ -412,6 +401,24 @@ func TestPolicySeedPerProcess(t *testing.T) {
 // process sleeps a second before it exits (GORACE atexit_sleep_ms, 1000
 // by default), for reports from other threads; the child's reports, if
 // any, come while its test runs, so it exits at once.
+// inChild runs the test t in a child process of its own, with env set,
+// unless this process is that child; it reports whether it did, in which
+// case the caller returns: the child's result is t's. A test that measures
+// the whole process (its heap, its goroutines) runs alone there, while the
+// others run beside it here.
+func inChild(t *testing.T, env string) bool {
+	t.Helper()
+	if os.Getenv(env) != "" {
+		return false
+	}
+	t.Parallel() // heavy; shares nothing with other tests
+	out, err := childTest(t.Name(), env).CombinedOutput()
+	t.Logf("in a child process:\n%s", out)
+	require.NoError(t, err, "the child process failed")
+	require.Contains(t, string(out), "--- PASS: "+t.Name(), "the child ran the test")
+	return true
+}
+
 func childTest(name, env string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(), env+"=1", "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
@@ -428,3 +435,10 @@ func TestPolicyHelperProcess(t *testing.T) {
 		fmt.Printf("draw %d\n", int64(FullJitter{}.Delay(n, 0)))
 	}
 }
+
+// immediate retries without waiting: the tests' policy where the delay
+// between attempts would only slow them down. A Retry-After still applies.
+type immediate struct{}
+
+func (immediate) Delay(int, time.Duration) time.Duration { return 0 }
+func (immediate) MaxDelay() time.Duration                { return 0 }

@@ -114,7 +114,7 @@ func TestRequestKeyByBucket(t *testing.T) {
 			return http.StatusOK, nil
 		})
 		var opened []string
-		tr := New(next, WithBudget(nil), WithBreaker(NewBreaker(bkConfig())), WithKey(bucketKey),
+		tr := New(next, WithBudget(nil), WithBreaker(NewBreaker(bkConfig())), WithKey(bucketKey), WithMaxWait(0),
 			WithHooks(&Hooks{CircuitChange: func(i CircuitChangeInfo) {
 				if i.To == StateOpen {
 					opened = append(opened, i.Key)
@@ -148,7 +148,7 @@ func TestRequestCircuitOpenResponse(t *testing.T) {
 		time.Sleep(2 * time.Second) // open for 3 s more
 		var gaveUp GiveUpInfo
 		next := newNext(reply{status: 200})
-		tr := New(next, WithBudget(nil), WithBreaker(b), WithCircuitOpenResponse(), WithRetryAfterSpread(0),
+		tr := New(next, WithBudget(nil), WithBreaker(b), WithCircuitOpenResponse(), WithRetryAfterSpread(0), WithMaxWait(0),
 			WithHooks(&Hooks{GiveUp: func(i GiveUpInfo) { gaveUp = i }}))
 		req := newReq(t.Context(), http.MethodGet, nil)
 		resp, err := tr.RoundTrip(req)
@@ -171,7 +171,7 @@ func TestRequestCircuitOpenResponse(t *testing.T) {
 
 		// With the default spread, the callers refused together are told
 		// different instants, none before the circuit lets a probe through.
-		spread := New(next, WithBudget(nil), WithBreaker(b), WithCircuitOpenResponse())
+		spread := New(next, WithBudget(nil), WithBreaker(b), WithCircuitOpenResponse(), WithMaxWait(0))
 		told := map[string]bool{}
 		for range 100 {
 			resp, err := spread.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
@@ -184,7 +184,7 @@ func TestRequestCircuitOpenResponse(t *testing.T) {
 		}
 		assert.Greater(t, len(told), 50, "distinct instants told to 100 callers")
 
-		plain := New(next, WithBudget(nil), WithBreaker(b))
+		plain := New(next, WithBudget(nil), WithBreaker(b), WithMaxWait(0))
 		_, err = plain.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 		require.ErrorIs(t, err, ErrCircuitOpen, "without the option")
 		assert.Zero(t, plain.Stats().LocalResponses)

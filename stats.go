@@ -13,16 +13,27 @@ import (
 // instant, so two counters may disagree by the requests in flight. Every
 // counter only grows.
 type Stats struct {
-	Requests          uint64            // calls to RoundTrip that have sent their first attempt or ended without one
-	Attempts          uint64            // attempts sent to the next RoundTripper
-	Retries           uint64            // attempts after the first
-	RetryAfterSeen    uint64            // retryable responses that carried a Retry-After header, retried or not
-	RetryAfterClamped uint64            // of those, values above the clamp (WithMaxRetryAfter)
-	BudgetDenied      uint64            // retries the budget refused
-	CircuitRejected   uint64            // attempts an open circuit refused, and sleeps it ended
-	LocalResponses    uint64            // requests answered with a local 503 (WithCircuitOpenResponse)
-	Held              uint64            // admissions a hold stopped: the request waited for its end, or was refused
-	GiveUps           map[Reason]uint64 // requests that stopped on a failure, by reason; only reasons seen
+	Requests          uint64 // calls to RoundTrip that have sent their first attempt or ended without one
+	Attempts          uint64 // attempts sent to the next RoundTripper
+	Retries           uint64 // attempts after the first
+	RetryAfterSeen    uint64 // retryable responses that carried a Retry-After header, retried or not
+	RetryAfterClamped uint64 // of those, values above the clamp (WithMaxRetryAfter)
+	BudgetDenied      uint64 // retries the budget refused
+	CircuitRejected   uint64 // attempts an open circuit refused, and sleeps it ended
+	LocalResponses    uint64 // requests answered with a local 503 (WithCircuitOpenResponse)
+	Held              uint64 // admissions a hold stopped: the request waited for its end, or was refused
+	// Waits counts the waits of requests for their key to recover (where
+	// the budget, an open circuit or an isolated key would have refused
+	// them), WaitsReleased those the key let go, and WaitTime their
+	// total length. WaitedDelivered and WaitedGaveUp count the requests
+	// that waited at least once, by how they ended: with a success, or
+	// giving up.
+	Waits           uint64
+	WaitsReleased   uint64
+	WaitTime        time.Duration
+	WaitedDelivered uint64
+	WaitedGaveUp    uint64
+	GiveUps         map[Reason]uint64 // requests that stopped on a failure, by reason; only reasons seen
 	// Delays holds the histogram of the delays drawn for each scheduled
 	// retry (a wait that the context or an opening circuit cuts short still
 	// counts its drawn delay), by retry number: Delays[0] for the first
@@ -93,7 +104,7 @@ func delayBucket(d time.Duration) int {
 // attempt or a retry.
 type stats struct {
 	first           stripedCounter // first attempts sent
-	notSent         atomic.Uint64 // requests that ended before their first attempt
+	notSent         atomic.Uint64  // requests that ended before their first attempt
 	retries         atomic.Uint64
 	raSeen          atomic.Uint64
 	raClamped       atomic.Uint64
@@ -101,6 +112,11 @@ type stats struct {
 	circuitRejected atomic.Uint64
 	localResponses  atomic.Uint64
 	held            atomic.Uint64
+	waits           atomic.Uint64
+	waitsReleased   atomic.Uint64
+	waitNanos       atomic.Uint64
+	waitedDelivered atomic.Uint64
+	waitedGaveUp    atomic.Uint64
 	giveUps         [len(reasonNames)]atomic.Uint64
 	delays          [delayRetries]delayCounts
 }
@@ -130,6 +146,11 @@ func (t *Transport) Stats() Stats {
 		CircuitRejected:   s.circuitRejected.Load(),
 		LocalResponses:    s.localResponses.Load(),
 		Held:              s.held.Load(),
+		Waits:             s.waits.Load(),
+		WaitsReleased:     s.waitsReleased.Load(),
+		WaitTime:          time.Duration(s.waitNanos.Load()),
+		WaitedDelivered:   s.waitedDelivered.Load(),
+		WaitedGaveUp:      s.waitedGaveUp.Load(),
 		GiveUps:           map[Reason]uint64{},
 	}
 	out.Attempts = first + out.Retries

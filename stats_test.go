@@ -37,7 +37,7 @@ type statsCall struct {
 // (Ratio 1), so its balance is known at every step; it is written after
 // each call below. The breaker trips on failure that lasts a minute: the
 // failures to a.test all fall within 8 s and never trip it; c.test's two
-// failures, a minute apart, do. The policy is Immediate and Retry-After has
+// failures, a minute apart, do. The policy retries at once and Retry-After has
 // no spread, so every delay is exact.
 func TestStatsCounters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -57,9 +57,10 @@ func TestStatsCounters(t *testing.T) {
 		tr := New(next,
 			WithBudget(NewBudget(BudgetConfig{Ratio: 1, MinPerSecond: -1})),
 			WithBreaker(NewBreaker(BreakerConfig{Span: time.Minute, MinFailures: 1, OpenFor: time.Hour, OpenJitter: -1})),
-			WithPolicy(Immediate{}),
+			WithPolicy(immediate{}),
 			WithMaxRetryAfter(5*time.Second),
 			WithRetryAfterSpread(0),
+			WithMaxWait(0), // a refusal is counted as one, not waited out
 		)
 		calls := []statsCall{
 			// tokens 1.
@@ -313,7 +314,7 @@ func TestStatsDelayBucket(t *testing.T) {
 func TestStatsConcurrent(t *testing.T) {
 	const workers, perWorker = 8, 100 // each worker: half /ok, half /fail
 	next := newHookFake(map[string][]hookStep{"/ok": {{status: 200}}, "/fail": {{status: 503}}})
-	opts := []Option{WithPolicy(Immediate{}), WithMaxAttempts(3), WithBudget(nil), WithBreaker(nil)}
+	opts := []Option{WithPolicy(immediate{}), WithMaxAttempts(3), WithBudget(nil), WithBreaker(nil)}
 	tr, other := New(next, opts...), New(next, opts...)
 
 	stop := make(chan struct{})
@@ -365,7 +366,7 @@ func TestStatsConcurrent(t *testing.T) {
 	assert.Equal(t, map[Reason]uint64{ReasonAttemptsUsed: fails}, s.GiveUps, "GiveUps")
 	for n := 1; n <= 2; n++ {
 		assert.Equal(t, uint64(fails), s.Delays[n-1].Count, "retry %d", n)
-		assert.Equal(t, uint64(fails), s.Delays[n-1].Counts[0], "retry %d: Immediate waits 0", n)
+		assert.Equal(t, uint64(fails), s.Delays[n-1].Counts[0], "retry %d: immediate waits 0", n)
 	}
 
 	o := other.Stats()

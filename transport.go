@@ -30,7 +30,9 @@ type Transport struct {
 	keyFunc func(*http.Request) string
 	// localOpen: a request an open circuit refuses gets a local 503.
 	localOpen bool
-	fleet     *Fleet // nil: this process alone
+	// horizon: RetryAt answers ReasonGone for a key failing longer; 0: never.
+	horizon time.Duration
+	fleet   *Fleet // nil: this process alone
 	// lanes holds what is kept per key: the breaker's own lanes, or,
 	// without a breaker, lanes whose circuits never open, so that a
 	// policy's memory of a key, its holds and its send rate do not depend
@@ -51,9 +53,10 @@ type settings struct {
 	idempotentIf     func(*http.Request) bool
 	bodyBuffer       int64
 	attemptTimeout   time.Duration
-	throttleOn       []int // statuses that cut a key's send rate when they come without Retry-After
-	maxInFlight      int   // attempts in flight per key; 0: no limit
-	refuseInFlight   bool  // refuse an attempt over maxInFlight rather than wait
+	throttleOn       []int         // statuses that cut a key's send rate when they come without Retry-After
+	maxInFlight      int           // attempts in flight per key; 0: no limit
+	refuseInFlight   bool          // refuse an attempt over maxInFlight rather than wait
+	maxWait          time.Duration // the longest a request waits, in all, for its key to recover; 0: refuse at once
 }
 
 // New returns a Transport that sends requests through next, or through
@@ -76,6 +79,7 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 			retryIf:          DefaultRetryIf,
 			idempotentIf:     DefaultIdempotentIf,
 			throttleOn:       []int{http.StatusTooManyRequests},
+			maxWait:          defaultMaxWait,
 		},
 		budget:  NewBudget(BudgetConfig{}),
 		breaker: NewBreaker(BreakerConfig{}),
@@ -148,13 +152,18 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	var err error // the latest attempt's error
 	for {
 		// Admit: the key's circuit, hold, send rate and limit on attempts
-		// in flight let the attempt go, or refuse it off the network.
-		if aerr := r.admit(); aerr != nil {
-			return r.finish(nil, err, admitReason(aerr), aerr)
+		// in flight let the attempt go, or refuse it off the network (or
+		// it waits for the key to recover). A wait may already have
+		// admitted it.
+		if !r.admitted {
+			if aerr := r.admit(); aerr != nil {
+				return r.finish(r.kept, err, admitReason(aerr), aerr)
+			}
 		}
 
 		// Attempt: send it through the next RoundTripper.
 		var resp *http.Response
+		r.kept = nil // superseded by this attempt's outcome
 		resp, err = r.attempt()
 
 		// Decide: what the outcome is, what the key learns from it, and
@@ -171,26 +180,44 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			delay = r.delay(wait)
 		}
 		f := r.facts(v, delay)
-		if reason := decide(f); reason != ReasonNone {
+		then, reason := decide(f)
+		if then == stop {
 			return r.finish(resp, err, reason, nil)
 		}
 
-		// Rewind: the next attempt's body, then the budget's token, then
-		// the key's memory of the delay, the stats and the hooks. A step
-		// that fails stops the request with the last response untouched.
-		if reason := r.rewind(delay, wait); reason != ReasonNone {
+		// Rewind: the next attempt's body, then, for a retry after a
+		// delay, the budget's token (without one the retry waits for the
+		// key instead, or stops), the key's memory of the delay, the
+		// stats and the hooks. A step that fails stops the request with
+		// the last response untouched.
+		if then, reason = r.rewind(then, delay, wait); then == stop {
 			return r.finish(resp, err, reason, nil)
 		}
 
-		// Wait: release the failed response's connection, then sleep until
-		// the retry is due (the drain is part of the delay, not added to
-		// it), waking early if the context ends or the key's circuit opens.
-		if resp != nil {
-			drain(resp.Body, r.drainTime())
-			r.resp = nil
+		// Wait: release the failed response's connection (keeping a copy
+		// of a small one to hand back if the wait ends unanswered), then
+		// sleep until the retry is due (the drain is part of the delay,
+		// not added to it), waking early if the context ends or the key's
+		// circuit opens; or wait in the key's queue.
+		if then == retryAfter {
+			if resp != nil {
+				drain(resp.Body, r.drainTime())
+				r.resp = nil
+			}
+			if serr := r.sleep(time.Until(f.now.Add(delay))); serr != nil && !(serr == ErrCircuitOpen && r.maxWaitLeft() > 0) {
+				return r.finish(nil, err, sleepReason(serr), serr)
+			}
+			continue // an open circuit woke it: the next admission waits
 		}
-		if serr := r.sleep(time.Until(f.now.Add(delay))); serr != nil {
-			return r.finish(nil, err, sleepReason(serr), serr)
+		r.keep(resp)
+		if then == queueBehind {
+			// The budget refused the retry, or others already wait: wait
+			// in the key's queue. A retry that joined others without
+			// asking the budget gives up, if its wait ends unanswered, as
+			// one the budget refused.
+			if qerr := r.queue(reason); qerr != nil {
+				return r.finish(r.kept, err, waitReason(qerr, ReasonBudgetExhausted), qerr)
+			}
 		}
 	}
 }
@@ -216,6 +243,12 @@ type retrier struct {
 	resp     *http.Response
 	queued   *http.Request
 	admitted bool
+	// kept is the latest response, its body read into memory, while the
+	// request waits for its key: what the caller gets if the wait ends
+	// unanswered. waited is how long the request has waited, in all.
+	kept    *http.Response
+	waited  time.Duration
+	didWait bool
 	// tracked: the bodies come from a GetBody that may hand out one shared
 	// reader again and again, so each attempt's body is a sentBody,
 	// released before the next attempt takes its own.
@@ -358,6 +391,7 @@ func (r *retrier) facts(v verdict, delay time.Duration) facts {
 		reached:      v.reach != notReached,
 		replayable:   !r.unreplayable,
 		circuitOpen:  r.lane != nil && r.lane.IsOpen(),
+		mayWait:      r.maxWaitLeft() > 0,
 		delay:        delay,
 		now:          time.Now(),
 	}
@@ -366,17 +400,32 @@ func (r *retrier) facts(v verdict, delay time.Duration) facts {
 }
 
 // rewind prepares the retry that decide allowed, in this order: the next
-// attempt's request with a fresh body (left in r.queued), then the
-// budget's token, last so that a retry not made costs none; then the
-// delay becomes the key's previous delay, and the stats and the hooks
-// hear of the retry. It returns why no retry follows, if a step fails.
-func (r *retrier) rewind(delay time.Duration, wait serverWait) Reason {
+// attempt's request with a fresh body (left in r.queued); then, for a
+// retry after a delay, the budget's token, last so that a retry not made
+// costs none (without one, or when others already wait for the key, the
+// retry queues for the key if the request may wait, and stops otherwise);
+// then the delay becomes the key's previous delay, and the stats and the
+// hooks hear of the retry. It returns what follows, and why: why not when
+// nothing does, what the queue stands in for when it queues (the budget's
+// refusal, or none when it joined others).
+func (r *retrier) rewind(then next, delay time.Duration, wait serverWait) (next, Reason) {
 	if reason := r.nextRequest(); reason != ReasonNone {
-		return reason
+		return stop, reason
+	}
+	if then == retryWhen {
+		return then, ReasonNone
+	}
+	if r.lane != nil && r.lane.Waiting() && r.maxWaitLeft() > 0 {
+		// Others already wait for the key to recover: this retry joins
+		// them rather than spend a token on a host that is failing them.
+		return queueBehind, ReasonNone
 	}
 	if b := r.t.budget; b != nil && !b.withdraw(r.keyOf()) {
 		r.t.stats.budgetDenied.Add(1)
-		return ReasonBudgetExhausted
+		if r.maxWaitLeft() > 0 {
+			return queueBehind, ReasonBudgetExhausted
+		}
+		return stop, ReasonBudgetExhausted
 	}
 	if r.lane != nil {
 		r.lane.SetPrev(delay)
@@ -385,7 +434,7 @@ func (r *retrier) rewind(delay time.Duration, wait serverWait) Reason {
 	}
 	r.t.stats.recordDelay(r.attempts, delay)
 	fire(r.hooks, (*Hooks).retryScheduled, RetryInfo{Request: r.req, Retry: r.attempts, Delay: delay, RetryAfter: wait.ok, Clamped: wait.clamped})
-	return ReasonNone
+	return then, ReasonNone
 }
 
 // drainTime bounds the drain of a failed response: drainTimeout, and never
@@ -425,13 +474,6 @@ func sleepReason(err error) Reason {
 	return ReasonContextDone
 }
 
-func host(req *http.Request) string {
-	if req.URL == nil {
-		return ""
-	}
-	return req.URL.Host
-}
-
 // finish ends the request. resp is the last response if it is still
 // intact, and goes back to the caller as it is, with the caller's own
 // request as its Request; otherwise the caller gets an Error whose cause is
@@ -452,11 +494,17 @@ func (r *retrier) finish(resp *http.Response, attemptErr error, reason Reason, c
 		resp.Request = r.req
 	}
 	if reason == ReasonNone {
+		if r.didWait {
+			r.t.stats.waitedDelivered.Add(1)
+		}
 		r.resp = nil
 		return resp, nil
 	}
 	r.t.stats.giveUps[reason].Add(1)
-	info := GiveUpInfo{Request: r.req, Attempts: r.attempts, Reason: reason}
+	if r.didWait {
+		r.t.stats.waitedGaveUp.Add(1)
+	}
+	info := GiveUpInfo{Request: r.req, Attempts: r.attempts, Reason: reason, Waited: r.waited}
 	if resp == nil && (reason == ReasonCircuitOpen || reason == ReasonHeld) && r.t.localOpen && r.lane != nil {
 		resp = localOpenResponse(r.req, r.keyOf(), r.probeAt(), r.s.retryAfterSpread, reason)
 		r.resp = resp
@@ -499,7 +547,7 @@ func (r *retrier) wrap(attemptErr error, reason Reason, cause error) error {
 		err = fmt.Errorf("%w after %w", cause, err)
 	}
 	k := r.keyOf()
-	e := &Error{Method: r.req.Method, Host: host(r.req), Key: k.String(), Attempts: r.attempts, Reason: reason, Err: err, key: k}
+	e := &Error{Method: r.req.Method, Key: k.String(), Attempts: r.attempts, Reason: reason, Err: err, Waited: r.waited, key: k}
 	if (reason == ReasonCircuitOpen || reason == ReasonHeld) && r.lane != nil {
 		e.Until = r.probeAt()
 	}

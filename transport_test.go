@@ -700,7 +700,7 @@ func TestTransportAttemptTimeout(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			next := newNext(reply{hang: true}, reply{status: 200, body: "ok"})
 			t0 := time.Now()
-			resp, err := newT(next, WithAttemptTimeout(2*time.Second), WithPolicy(Immediate{})).
+			resp, err := newT(next, WithAttemptTimeout(2*time.Second), WithPolicy(immediate{})).
 				RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 			require.NoError(t, err)
 			assert.Equal(t, "ok", readBody(t, resp))
@@ -714,7 +714,7 @@ func TestTransportAttemptTimeout(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			next := newNext(reply{hang: true})
 			t0 := time.Now()
-			resp, err := newT(next, WithAttemptTimeout(2*time.Second), WithPolicy(Immediate{})).
+			resp, err := newT(next, WithAttemptTimeout(2*time.Second), WithPolicy(immediate{})).
 				RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 			assert.Nil(t, resp)
 			assert.ErrorIs(t, err, context.DeadlineExceeded)
@@ -774,7 +774,7 @@ func TestTransportErrorKeepsCause(t *testing.T) {
 				e := asError(t, err)
 				assert.Equal(t, 4, e.Attempts, "Error.Attempts")
 				assert.Equal(t, ReasonAttemptsUsed, e.Reason, "Error.Reason")
-				assert.Equal(t, "example.test", e.Host, "Error.Host")
+				assert.Equal(t, "http://example.test", e.Key, "Error.Key")
 				assert.Contains(t, err.Error(), "4 attempts", "error string")
 				assert.Contains(t, err.Error(), c.err.Error(), "error string")
 			})
@@ -932,7 +932,7 @@ func TestTransportCallerContextEnds(t *testing.T) {
 				}
 				next := newNext(c.reply(cancel), reply{status: 200})
 				t0 := time.Now()
-				resp, err := newT(next, WithPolicy(Immediate{})).RoundTrip(newReq(ctx, http.MethodGet, nil))
+				resp, err := newT(next, WithPolicy(immediate{})).RoundTrip(newReq(ctx, http.MethodGet, nil))
 
 				assert.Equal(t, 1, next.calls(), "attempts that reached next")
 				assert.Equal(t, c.wantWait, time.Since(t0), "time RoundTrip took")
@@ -956,7 +956,7 @@ func TestTransportCallerContextEnds(t *testing.T) {
 func TestTransportBodyBufferUnbounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		next := newNext(reply{status: http.StatusServiceUnavailable}, reply{status: http.StatusOK})
-		tr := newT(next, WithBodyBuffer(math.MaxInt64), WithPolicy(Immediate{}))
+		tr := newT(next, WithBodyBuffer(math.MaxInt64), WithPolicy(immediate{}))
 		req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, "http://example.test/x", nil)
 		require.NoError(t, err)
 		req.Body = io.NopCloser(strings.NewReader("payload"))

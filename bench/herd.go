@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,6 +107,7 @@ type Row struct {
 	ConnsOpened     float64       // connections the server accepted from the fan-out on
 	PeakOpenConns   float64       // connections open at once, at most
 	LastReturn      time.Duration // when the last caller got its answer, from the fan-out
+	To99            time.Duration // when 99% of the deliveries had their 200, from the fan-out; -1 if a run never got there
 	FirstDone       time.Duration // when the server had received every first attempt, from the fan-out
 	ErrorSample     string        // one caller error, if any
 }
@@ -134,6 +137,8 @@ type result struct {
 	delivered, errors, attempts, retries, wasted int
 	peakOutage, peakRecovery, conns, peakOpen    int
 	last, firstDone                              time.Duration
+	to99                                         time.Duration
+	missed99                                     int // runs in which fewer than 99% were delivered
 	errSample                                    string
 }
 
@@ -149,6 +154,8 @@ func (s *result) add(r result) {
 	s.peakOpen += r.peakOpen
 	s.last += r.last
 	s.firstDone += r.firstDone
+	s.to99 += r.to99
+	s.missed99 += r.missed99
 	if s.errSample == "" {
 		s.errSample = r.errSample
 	}
@@ -157,6 +164,11 @@ func (s *result) add(r result) {
 func (s result) row(name string, runs int) Row {
 	n := float64(runs)
 	perSec := float64(time.Second / Bucket)
+	to99 := s.to99 / time.Duration(runs)
+	if s.missed99 > 0 {
+		// A mean over runs some of which never got there means nothing.
+		to99 = -1
+	}
 	return Row{
 		Peer:            name,
 		Runs:            runs,
@@ -171,6 +183,7 @@ func (s result) row(name string, runs int) Row {
 		PeakOpenConns:   float64(s.peakOpen) / n,
 		LastReturn:      s.last / time.Duration(runs),
 		FirstDone:       s.firstDone / time.Duration(runs),
+		To99:            to99,
 		ErrorSample:     s.errSample,
 	}
 }
@@ -203,6 +216,7 @@ func runOnce(p Peer, c HerdConfig) result {
 		wg                sync.WaitGroup
 		delivered, errors atomic.Int64
 		last              atomic.Int64 // nanoseconds from the fan-out
+		deliveredAt       = make([]time.Duration, c.Deliveries)
 		errOnce           sync.Once
 		errSample         string
 	)
@@ -227,6 +241,7 @@ func runOnce(p Peer, c HerdConfig) result {
 				_ = resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {
 					delivered.Add(1)
+					deliveredAt[i] = f.since() // each goroutine writes its own element
 				}
 			}
 			storeMax(&last, int64(f.since()))
@@ -241,7 +256,26 @@ func runOnce(p Peer, c HerdConfig) result {
 	r.errors = int(errors.Load())
 	r.last = time.Duration(last.Load())
 	r.errSample = errSample
+	r.to99, r.missed99 = quantileDone(deliveredAt, 0.99)
 	return r
+}
+
+// quantileDone returns when the share q of the deliveries had their 200,
+// given when each did (0: never), and 0; or 0 and 1 if fewer than that
+// share ever did.
+func quantileDone(at []time.Duration, q float64) (time.Duration, int) {
+	var done []time.Duration
+	for _, d := range at {
+		if d > 0 {
+			done = append(done, d)
+		}
+	}
+	need := int(math.Ceil(q * float64(len(at))))
+	if need == 0 || len(done) < need {
+		return 0, 1
+	}
+	slices.Sort(done)
+	return done[need-1], 0
 }
 
 // Markdown formats rows as a Markdown table, with a line that states the

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -24,8 +23,6 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
-
-var nginxTable = flag.Bool("table", false, "TestNginxThrottled: also measure retryhttp without budget and breaker and both peers, and log the five-client table")
 
 // nginxConf is the test's nginx: one process (master_process off: the
 // child the test starts is all of nginx, so killing it leaves no worker
@@ -262,7 +259,7 @@ func TestNginxThrottled(t *testing.T) {
 
 	defaults, _ := ThrottledClientByKey("retryhttp")
 	clients := []BatchClient{defaults}
-	if *nginxTable {
+	if *table {
 		for _, k := range []string{"retryhttp-jitter", "retryablehttp", "failsafe"} {
 			cl, _ := ThrottledClientByKey(k)
 			clients = append(clients, cl)

@@ -82,24 +82,31 @@ func wrapRetryhttp(on bool) func(http.RoundTripper, Schedule) http.RoundTripper 
 // does, instead of an error.
 func wrapRetryablehttp(jitter bool) func(http.RoundTripper, Schedule) http.RoundTripper {
 	return func(next http.RoundTripper, s Schedule) http.RoundTripper {
-		c := retryablehttp.NewClient()
-		c.HTTPClient = &http.Client{Transport: next}
-		c.Logger = nil
-		c.RetryWaitMin = s.Base
-		c.RetryWaitMax = s.Cap
-		c.RetryMax = s.Attempts - 1
-		c.ErrorHandler = retryablehttp.PassthroughErrorHandler
-		if jitter {
-			c.Backoff = func(lo, hi time.Duration, n int, resp *http.Response) time.Duration {
-				d := retryablehttp.DefaultBackoff(lo, hi, n, resp)
-				if resp != nil && resp.Header.Get("Retry-After") != "" {
-					return d
-				}
-				return rand.N(d + 1)
-			}
-		}
-		return &retryablehttp.RoundTripper{Client: c}
+		return newRetryablehttp(next, s, jitter, 0)
 	}
+}
+
+// newRetryablehttp is wrapRetryablehttp's RoundTripper, each attempt
+// bounded by attemptTimeout (the Timeout of the http.Client it sends each
+// attempt through) unless that is 0.
+func newRetryablehttp(next http.RoundTripper, s Schedule, jitter bool, attemptTimeout time.Duration) http.RoundTripper {
+	c := retryablehttp.NewClient()
+	c.HTTPClient = &http.Client{Transport: next, Timeout: attemptTimeout}
+	c.Logger = nil
+	c.RetryWaitMin = s.Base
+	c.RetryWaitMax = s.Cap
+	c.RetryMax = s.Attempts - 1
+	c.ErrorHandler = retryablehttp.PassthroughErrorHandler
+	if jitter {
+		c.Backoff = func(lo, hi time.Duration, n int, resp *http.Response) time.Duration {
+			d := retryablehttp.DefaultBackoff(lo, hi, n, resp)
+			if resp != nil && resp.Header.Get("Retry-After") != "" {
+				return d
+			}
+			return rand.N(d + 1)
+		}
+	}
+	return &retryablehttp.RoundTripper{Client: c}
 }
 
 type failsafeVariant int

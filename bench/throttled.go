@@ -82,7 +82,7 @@ type BatchTransport struct {
 	// RetryAt, when set, gives the instant a failed request is due again
 	// (retryhttp's (*Transport).RetryAt). A zero instant falls back on
 	// Backoff.
-	RetryAt func(*http.Response, error) (time.Time, retryhttp.Advice)
+	RetryAt func(*http.Response, error) (time.Time, retryhttp.Reason)
 	// Backoff is the wait before a failed request is due again, n being
 	// the attempts it has made so far (its retry number, as Policy.Delay
 	// counts). nil means full jitter with the batch's schedule, as the
@@ -185,8 +185,8 @@ type BatchResult struct {
 	CallErrors int
 	ErrSample  string
 	// Advice counts what RetryAt answered to failed calls, for retryhttp;
-	// AdviceNone counts the zero instants the batch's backoff replaced.
-	Advice map[retryhttp.Advice]int
+	// ReasonNone counts the zero instants the batch's backoff replaced.
+	Advice map[retryhttp.Reason]int
 	// AtOnce counts failed calls due again at once: their instant had
 	// come by the time the call returned.
 	AtOnce int
@@ -227,7 +227,7 @@ func RunBatch(cl BatchClient, base http.RoundTripper, url string, c BatchConfig)
 		ok   bool
 		at   time.Duration // when the call returned, from t = 0
 		next time.Time     // when due again, if not ok
-		why  retryhttp.Advice
+		why  retryhttp.Reason
 		err  error
 	}
 	ready := make(chan int)
@@ -271,7 +271,7 @@ func RunBatch(cl BatchClient, base http.RoundTripper, url string, c BatchConfig)
 		})
 	}
 
-	r := BatchResult{Client: cl.Name, Requests: c.Requests, Advice: map[retryhttp.Advice]int{}}
+	r := BatchResult{Client: cl.Name, Requests: c.Requests, Advice: map[retryhttp.Reason]int{}}
 	q := make(dueQueue, c.Requests)
 	for i := range q {
 		q[i] = due{at: start, seq: i, id: i}
@@ -530,7 +530,7 @@ type Median struct {
 	// Every round's calls, calls that returned an error, requeues due at
 	// once and RetryAt's advice.
 	PassesEach, CallErrorsEach, AtOnceEach []int
-	AdviceEach                             []map[retryhttp.Advice]int
+	AdviceEach                             []map[retryhttp.Reason]int
 }
 
 // Medians summarises each client's runs.
@@ -625,12 +625,12 @@ func ThrottledMarkdown(c ThrottledConfig, ms []Median) string {
 }
 
 // adviceString formats RetryAt's advice counts, in the order of Advice.
-func adviceString(a map[retryhttp.Advice]int) string {
+func adviceString(a map[retryhttp.Reason]int) string {
 	if len(a) == 0 {
 		return "-"
 	}
 	var parts []string
-	for why := retryhttp.AdviceNone; why <= retryhttp.AdviceBudget; why++ {
+	for why := retryhttp.ReasonNone; why <= retryhttp.ReasonBudgetExhausted; why++ {
 		if a[why] > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", why, a[why]))
 		}

@@ -23,6 +23,8 @@ const (
 	reasonKey     = attribute.Key("retryhttp.reason")
 	fromKey       = attribute.Key("retryhttp.circuit.from")
 	toKey         = attribute.Key("retryhttp.circuit.to")
+	causeKey      = attribute.Key("retryhttp.cause")
+	releasedKey   = attribute.Key("retryhttp.released")
 )
 
 // attrKey is the comparable key of one instrument's attributes, less the
@@ -86,6 +88,15 @@ type circuitKey struct {
 
 func (k circuitKey) attrs() []attribute.KeyValue {
 	return []attribute.KeyValue{fromKey.String(k.from.String()), toKey.String(k.to.String())}
+}
+
+type waitKey struct {
+	cause    retryhttp.Reason
+	released bool
+}
+
+func (k waitKey) attrs() []attribute.KeyValue {
+	return []attribute.KeyValue{causeKey.String(k.cause.String()), releasedKey.Bool(k.released)}
 }
 
 // noKey is the key of an instrument with no attributes but the host.

@@ -28,14 +28,24 @@
 //	retryhttp.give_ups             Int64Counter        {request}     requests that stopped on a failure
 //	    http.request.method, retryhttp.reason (Reason.String, such as
 //	    "attempts used"), and http.response.status_code or error.type
+//	retryhttp.waits                Int64Counter        {wait}        waits of requests for their key to recover, counted as each ends
+//	    retryhttp.cause (Reason.String: "circuit open", "budget exhausted",
+//	    or "none" for a wait behind others), retryhttp.released (the key
+//	    let the request go; false: the wait ran out or its context ended)
+//	retryhttp.wait.duration        Float64Histogram    s             the length of each wait
+//	    retryhttp.cause, retryhttp.released
 //	retryhttp.circuit.transitions  Int64Counter        {transition}  changes of a host's circuit
 //	    retryhttp.circuit.from, retryhttp.circuit.to (State.String, such as "half-open")
 //	retryhttp.circuit.open         Int64UpDownCounter  {circuit}     circuits open now (half-open ones are not)
 //
 // These agree with the transport's own retryhttp.Stats: attempts with
 // Attempts, retries with Retries, the delay histogram's count with the
-// delays counted in Delays, budget.denied with BudgetDenied, give_ups with
-// GiveUps. The delay histogram counts retries when they are scheduled and
+// delays counted in Delays, give_ups with GiveUps, waits with Waits (and,
+// released, with WaitsReleased), the wait histogram's sum with WaitTime;
+// budget.denied with BudgetDenied, but for a request that had waited out
+// its whole wait allowance (WithMaxWait) before the budget refused it,
+// which budget.denied does not count. A refusal that waits is counted when
+// its wait ends; one handed back, with the give-up. The delay histogram counts retries when they are scheduled and
 // retryhttp.retries when they are sent, so a retry whose wait the context
 // or an opening circuit cut short is in the first only. Retry-After is
 // counted only on retries that were scheduled, so retryhttp.retry_after can
@@ -85,7 +95,7 @@ import (
 const ScopeName = "github.com/retryhttp/retryhttp/otelretry"
 
 // DelayBuckets returns the bucket boundaries, in seconds, of the
-// retryhttp.retry.delay histogram: 1 ms and below for Immediate and a
+// retryhttp.retry.delay histogram: 1 ms and below for a policy that retries at once and a
 // Retry-After of 0; 10, 50 and 100 ms; the bounds of the default FullJitter,
 // 200 ms doubling up to 25.6 s, then its 30 s cap; and 31 s, the default
 // Retry-After clamp plus its spread. A View in the SDK can replace them.
@@ -125,6 +135,7 @@ func NewHooks(mp metric.MeterProvider, opts ...Option) (*retryhttp.Hooks, error)
 		AttemptDone:    r.attemptDone,
 		RetryScheduled: r.retryScheduled,
 		GiveUp:         r.giveUp,
+		WaitDone:       r.waitDone,
 	}, nil
 }
 
@@ -167,6 +178,8 @@ type recorder struct {
 	retryAfter   metric.Int64Counter
 	budgetDenied metric.Int64Counter
 	giveUps      metric.Int64Counter
+	waits        metric.Int64Counter
+	waitLength   metric.Float64Histogram
 	transitions  metric.Int64Counter
 	open         metric.Int64UpDownCounter
 
@@ -176,6 +189,7 @@ type recorder struct {
 	clampSets   setCache[clampKey]
 	giveUpSets  setCache[giveUpKey]
 	circuitSets setCache[circuitKey]
+	waitSets    setCache[waitKey]
 	noSets      setCache[noKey]
 }
 
@@ -199,6 +213,12 @@ func newRecorder(m metric.Meter, c config) (*recorder, error) {
 		"Requests that stopped being retried on a failure, by reason.")
 	r.transitions = counter("retryhttp.circuit.transitions", "{transition}",
 		"Changes of state of a host's circuit.")
+	r.waits = counter("retryhttp.waits", "{wait}",
+		"Waits of requests for their key to recover, counted as each ends.")
+	r.waitLength, e = m.Float64Histogram("retryhttp.wait.duration", metric.WithUnit("s"),
+		metric.WithDescription("The length of each wait of a request for its key to recover."),
+		metric.WithExplicitBucketBoundaries(DelayBuckets()...))
+	err = errors.Join(err, e)
 	r.delay, e = m.Float64Histogram("retryhttp.retry.delay", metric.WithUnit("s"),
 		metric.WithDescription("The wait before each retry."),
 		metric.WithExplicitBucketBoundaries(DelayBuckets()...))
@@ -253,8 +273,21 @@ func (r *recorder) giveUp(i retryhttp.GiveUpInfo) {
 		k.errType = errorType(i.Err)
 	}
 	r.giveUps.Add(ctx, 1, r.giveUpSets.get(k, host).add...)
-	if i.Reason == retryhttp.ReasonBudgetExhausted {
+	if i.Reason == retryhttp.ReasonBudgetExhausted && i.Waited == 0 {
+		// Handed back at once; a refusal that waited was counted when its
+		// wait ended.
 		r.budgetDenied.Add(ctx, 1, r.methodSets.get(methodKey(k.method), host).add...)
+	}
+}
+
+func (r *recorder) waitDone(i retryhttp.WaitInfo) {
+	ctx := i.Request.Context()
+	host := r.hostOf(i.Request)
+	m := r.waitSets.get(waitKey{cause: i.Cause, released: i.Released}, host)
+	r.waits.Add(ctx, 1, m.add...)
+	r.waitLength.Record(ctx, i.Waited.Seconds(), m.record...)
+	if i.Cause == retryhttp.ReasonBudgetExhausted {
+		r.budgetDenied.Add(ctx, 1, r.methodSets.get(methodKey(method(i.Request)), host).add...)
 	}
 }
 
@@ -268,11 +301,8 @@ func (r *recorder) circuitChange(i retryhttp.CircuitChangeInfo) {
 	}
 	r.transitions.Add(ctx, 1, r.circuitSets.get(circuitKey{from: i.From, to: i.To}, host).add...)
 	// Half-open is not open: a circuit leaving open for half-open is one
-	// fewer open circuit, and one failing its probe is one more again. A
-	// hold begins and ends beside the circuit's state, which it leaves as
-	// it was: it does not move the gauge.
+	// fewer open circuit, and one failing its probe is one more again.
 	switch {
-	case i.From == retryhttp.StateHeld || i.To == retryhttp.StateHeld:
 	case i.To == retryhttp.StateOpen && i.From != retryhttp.StateOpen:
 		r.open.Add(ctx, 1, r.noSets.get(noKey{}, host).add...)
 	case i.From == retryhttp.StateOpen && i.To != retryhttp.StateOpen:

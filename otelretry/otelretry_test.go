@@ -186,13 +186,28 @@ func TestNewHooks(t *testing.T) {
 		},
 		{
 			name:   "budget denied",
-			opts:   []retryhttp.Option{retryhttp.WithBudget(retryhttp.NewBudget(retryhttp.BudgetConfig{Ratio: -1, MinPerSecond: -1}))},
+			opts:   []retryhttp.Option{retryhttp.WithBudget(retryhttp.NewBudget(retryhttp.BudgetConfig{Ratio: -1, MinPerSecond: -1})), retryhttp.WithMaxWait(0)},
 			script: []reply{{status: 503}},
 			sums: map[string]map[string]int64{
 				"retryhttp.attempts":      {get503: 1},
 				"retryhttp.budget.denied": {getM: 1},
 				"retryhttp.give_ups":      {get503 + ",retryhttp.reason=budget exhausted": 1},
 			},
+		},
+		{
+			// The retry the budget refuses waits for the key instead, and
+			// goes as the key's test: the refusal is counted when the wait
+			// ends, and there is no give-up.
+			name:   "budget denied, waited",
+			opts:   []retryhttp.Option{retryhttp.WithBudget(retryhttp.NewBudget(retryhttp.BudgetConfig{Ratio: -1, MinPerSecond: -1}))},
+			script: []reply{{status: 503}, {status: 200}},
+			sums: map[string]map[string]int64{
+				"retryhttp.attempts":      {get503: 1, get200: 1},
+				"retryhttp.retries":       {getM: 1},
+				"retryhttp.budget.denied": {getM: 1},
+				"retryhttp.waits":         {"retryhttp.cause=budget exhausted,retryhttp.released=true": 1},
+			},
+			counts: map[string]map[string]uint64{"retryhttp.wait.duration": {"retryhttp.cause=budget exhausted,retryhttp.released=true": 1}},
 		},
 		{
 			name: "Retry-After sets the delay, clamped once",
@@ -269,7 +284,7 @@ func TestNewHooks(t *testing.T) {
 				require.NoError(t, err)
 				opts := append([]retryhttp.Option{
 					retryhttp.WithHooks(hooks),
-					retryhttp.WithPolicy(retryhttp.Immediate{}),
+					retryhttp.WithPolicy(immediate{}),
 					retryhttp.WithBreaker(nil),
 				}, tc.opts...)
 				tr := retryhttp.New(script(tc.script...), opts...)
@@ -302,6 +317,13 @@ func TestNewHooks(t *testing.T) {
 				}
 				assert.Equal(t, int64(giveUps), total(got.sums["retryhttp.give_ups"]), "give_ups vs Stats")
 				assert.Equal(t, delays, total(got.counts["retryhttp.retry.delay"]), "retry.delay vs Stats")
+				assert.Equal(t, int64(st.Waits), total(got.sums["retryhttp.waits"]), "waits vs Stats")
+				assert.Equal(t, st.Waits, total(got.counts["retryhttp.wait.duration"]), "wait.duration vs Stats")
+				var waited float64
+				for _, v := range got.totals["retryhttp.wait.duration"] {
+					waited += v
+				}
+				assert.InDelta(t, st.WaitTime.Seconds(), waited, 1e-9, "wait.duration's sum vs Stats")
 			})
 		})
 	}
@@ -331,11 +353,13 @@ func TestCircuit(t *testing.T) {
 		// Each failure takes a millisecond, so the second is a span after
 		// the first, and trips the circuit.
 		next := script(reply{status: 503, wait: time.Millisecond}, reply{status: 503, wait: time.Millisecond}, reply{status: 200})
-		tr := retryhttp.New(next, retryhttp.WithHooks(hooks), retryhttp.WithPolicy(retryhttp.Immediate{}),
-			retryhttp.WithBudget(nil), retryhttp.WithBreaker(breaker))
+		// Refusals come back at once (WithMaxWait(0)), so that the circuit's
+		// refusal is what each request ends with.
+		tr := retryhttp.New(next, retryhttp.WithHooks(hooks), retryhttp.WithPolicy(immediate{}),
+			retryhttp.WithBudget(nil), retryhttp.WithBreaker(breaker), retryhttp.WithMaxWait(0))
 		// A second transport shares the breaker, without the hooks: the
 		// breaker still reports its changes once.
-		other := retryhttp.New(next, retryhttp.WithBudget(nil), retryhttp.WithBreaker(breaker))
+		other := retryhttp.New(next, retryhttp.WithBudget(nil), retryhttp.WithBreaker(breaker), retryhttp.WithMaxWait(0))
 
 		// The first request trips the circuit on its second attempt, so no
 		// third is scheduled and it gets that 503 back; the second request
@@ -404,7 +428,7 @@ func TestHostAttribute(t *testing.T) {
 					OnStateChange: onChange,
 				})
 				next := script(reply{status: 503, wait: time.Millisecond}, reply{status: 503, wait: time.Millisecond}, reply{status: 200})
-				tr := retryhttp.New(next, retryhttp.WithHooks(hooks), retryhttp.WithPolicy(retryhttp.Immediate{}),
+				tr := retryhttp.New(next, retryhttp.WithHooks(hooks), retryhttp.WithPolicy(immediate{}),
 					retryhttp.WithBudget(nil), retryhttp.WithBreaker(breaker))
 				secret := func(path string) *http.Request {
 					req := get(http.MethodGet, "https://API.example:8443/"+path+"?token=secret")
@@ -447,7 +471,7 @@ func TestConcurrent(t *testing.T) {
 		}
 		return respond(req, 200, nil), nil
 	})
-	tr := retryhttp.New(next, retryhttp.WithHooks(hooks), retryhttp.WithPolicy(retryhttp.Immediate{}),
+	tr := retryhttp.New(next, retryhttp.WithHooks(hooks), retryhttp.WithPolicy(immediate{}),
 		retryhttp.WithBudget(nil), retryhttp.WithBreaker(nil), retryhttp.WithMaxAttempts(2))
 	const goroutines, each = 16, 50
 	var wg sync.WaitGroup
@@ -494,7 +518,13 @@ func TestNewHooksNilProvider(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, hooks)
 	tr := retryhttp.New(script(reply{status: 503}, reply{status: 200}), retryhttp.WithHooks(hooks),
-		retryhttp.WithPolicy(retryhttp.Immediate{}))
+		retryhttp.WithPolicy(immediate{}))
 	sendAll(t, tr, get(http.MethodGet, "https://api.example/v1"))
 	assert.Equal(t, uint64(2), tr.Stats().Attempts)
 }
+
+// immediate retries at once: the tests' policy where a delay would only
+// slow them down.
+type immediate struct{}
+
+func (immediate) Delay(int, time.Duration) time.Duration { return 0 }

@@ -154,19 +154,19 @@ func awsCircuitRows(ok Reply, call func(context.Context, env) error, sdkTries in
 	return []row{
 		{
 			name: "k local 503, circuit open: SDK off", tries: 1,
-			opts: opts(one, retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
+			opts: opts(one, retryhttp.WithCircuitOpenResponse(), noWait, retryhttp.WithBreaker(quickBreaker(shortOpen))),
 			prep: tripHost, script: withTrip(Always(ok)), call: call,
 			status: 503, typed: awsLocalTyped, unsent: true, inspect: inspects(triesN(1), awsAPICode),
 		},
 		{
 			name: "k local 503, circuit open 1 s: SDK defaults, server back",
-			opts: opts(one, retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
+			opts: opts(one, retryhttp.WithCircuitOpenResponse(), noWait, retryhttp.WithBreaker(quickBreaker(shortOpen))),
 			prep: tripHost, script: withTrip(Always(ok)), call: call,
 			status: 503, typed: orLocal(awsLocalTyped), inspect: inspects(servedOrRefused, backsOff("X-Amz-Retry-After", time.Millisecond, 5*time.Second)),
 		},
 		{
 			name: "k no local 503, circuit open: SDK defaults",
-			opts: opts(one, retryhttp.WithBreaker(quickBreaker(longOpen))),
+			opts: opts(one, noWait, retryhttp.WithBreaker(quickBreaker(longOpen))),
 			prep: tripHost, script: withTrip(Always(ok)), call: call,
 			circuitErr: true, unsent: true, inspect: triesAll(sdkTries, time.Second),
 		},

@@ -40,6 +40,12 @@ func quickBreaker(openFor time.Duration) *retryhttp.Breaker {
 	})
 }
 
+// noWait turns the transport's wait for an open circuit off, in the rows
+// about what an SDK does with a refusal (the local 503, or the error): the
+// refusal comes back at once, as it does for a dispatcher with its own
+// queue, instead of the request waiting for the host to recover.
+var noWait = retryhttp.WithMaxWait(0)
+
 // The open times of the k rows: short where the SDK waits for the circuit
 // (a local 503 tells it to), long where the row must see every try
 // refused.

@@ -37,7 +37,7 @@ func TestLocal503Herd(t *testing.T) {
 			t.Parallel()
 			srv := NewServer(t, withTrip(Always(c.ok)))
 			crt := &countingRT{next: retryhttp.New(nil, retryhttp.WithMaxAttempts(1),
-				retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen)))}
+				retryhttp.WithCircuitOpenResponse(), noWait, retryhttp.WithBreaker(quickBreaker(shortOpen)))}
 			hc := &http.Client{Transport: crt, Timeout: 30 * time.Second}
 			defer hc.CloseIdleConnections()
 			e := env{srv: srv, hc: hc, real: true}

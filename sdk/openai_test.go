@@ -202,25 +202,25 @@ func TestOpenAI(t *testing.T) {
 		// connection error and retries after its own backoff.
 		{
 			name: "k local 503, circuit open: SDK off", tries: 1,
-			opts: opts(one, retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
+			opts: opts(one, retryhttp.WithCircuitOpenResponse(), noWait, retryhttp.WithBreaker(quickBreaker(shortOpen))),
 			prep: tripHost, script: withTrip(Always(openaiModel)), call: openaiGetModel,
 			status: 503, typed: openaiLocalTyped, unsent: true, inspect: triesN(1),
 		},
 		{
 			name: "k local 503, circuit open 1 s: SDK defaults, real delays, server back", real: true,
-			opts: opts(one, retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
+			opts: opts(one, retryhttp.WithCircuitOpenResponse(), noWait, retryhttp.WithBreaker(quickBreaker(shortOpen))),
 			prep: tripHost, script: withTrip(Always(openaiModel)), call: openaiGetModel,
 			status: 503, typed: orLocal(openaiLocalTyped), inspect: inspects(servedOrRefused, backsOff("Retry-After-Ms", time.Millisecond, time.Second)),
 		},
 		{
 			name: "k local 503, circuit open: SDK defaults, MaxRetryDelay 1 ms",
-			opts: opts(one, retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
+			opts: opts(one, retryhttp.WithCircuitOpenResponse(), noWait, retryhttp.WithBreaker(quickBreaker(shortOpen))),
 			prep: tripHost, script: withTrip(Always(openaiModel)), call: openaiGetModel,
 			status: 503, typed: openaiLocalTyped, unsent: true, inspect: triesN(1),
 		},
 		{
 			name: "k no local 503, circuit open: SDK defaults, real delays", real: true,
-			opts: opts(one, retryhttp.WithBreaker(quickBreaker(longOpen))),
+			opts: opts(one, noWait, retryhttp.WithBreaker(quickBreaker(longOpen))),
 			prep: tripHost, script: withTrip(Always(openaiModel)), call: openaiGetModel,
 			circuitErr: true, unsent: true, inspect: triesAll(3, 2*time.Second),
 		},

@@ -204,17 +204,17 @@ func TestS3(t *testing.T) {
 		// bucket's circuit opens and the other's stays closed; keyed by
 		// host (the default), one bucket's failures stop both.
 		{
-			name: "j key by bucket: \"good\" after \"bad\" opened", opts: opts(one, retryhttp.WithKey(bucketKey), retryhttp.WithBreaker(pathBreaker())),
+			name: "j key by bucket: \"good\" after \"bad\" opened", opts: opts(one, retryhttp.WithKey(bucketKey), noWait, retryhttp.WithBreaker(pathBreaker())),
 			prep: tripWith("/bad", 20, s3GetFrom("bad")), script: twoBuckets, call: s3GetFrom("good"),
 			want: 1, check: onlyPath("/good/obj"),
 		},
 		{
-			name: "j key by bucket: \"bad\" after it opened", opts: opts(one, retryhttp.WithKey(bucketKey), retryhttp.WithBreaker(pathBreaker())),
+			name: "j key by bucket: \"bad\" after it opened", opts: opts(one, retryhttp.WithKey(bucketKey), noWait, retryhttp.WithBreaker(pathBreaker())),
 			prep: tripWith("/bad", 20, s3GetFrom("bad")), script: twoBuckets, call: s3GetFrom("bad"),
 			circuitErr: true, unsent: true, inspect: triesAll(3, time.Second),
 		},
 		{
-			name: "j key by host (default): \"good\" after \"bad\" opened", opts: opts(one, retryhttp.WithBreaker(pathBreaker())),
+			name: "j key by host (default): \"good\" after \"bad\" opened", opts: opts(one, noWait, retryhttp.WithBreaker(pathBreaker())),
 			prep: tripWith("", 20, s3GetFrom("bad")), script: twoBuckets, call: s3GetFrom("good"),
 			circuitErr: true, unsent: true, inspect: triesAll(3, time.Second),
 		},

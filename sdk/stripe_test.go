@@ -239,31 +239,31 @@ func TestStripe(t *testing.T) {
 		// and retries it after its own 0.5 s and about 1 s.
 		{
 			name: "k local 503, circuit open: SDK off", tries: 1,
-			opts: opts(retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
+			opts: opts(retryhttp.WithCircuitOpenResponse(), noWait, retryhttp.WithBreaker(quickBreaker(shortOpen))),
 			prep: tripHost, script: withTrip(Always(stripeCustomer)), call: stripeRetrieve,
 			status: 503, typed: stripeLocalTyped, unsent: true, inspect: triesN(1),
 		},
 		{
 			name: "k local 503, circuit open: SDK defaults, real delays", real: true,
-			opts: opts(retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
+			opts: opts(retryhttp.WithCircuitOpenResponse(), noWait, retryhttp.WithBreaker(quickBreaker(shortOpen))),
 			prep: tripHost, script: withTrip(Always(stripeCustomer)), call: stripeRetrieve,
 			status: 503, typed: stripeLocalTyped, unsent: true, inspect: triesN(1),
 		},
 		{
 			name: "k local 503, circuit open: POST, SDK defaults, real delays", real: true,
-			opts: opts(retryhttp.WithCircuitOpenResponse(), retryhttp.WithBreaker(quickBreaker(shortOpen))),
+			opts: opts(retryhttp.WithCircuitOpenResponse(), noWait, retryhttp.WithBreaker(quickBreaker(shortOpen))),
 			prep: tripHost, script: withTrip(Always(stripeCustomer)), call: stripeCreate(""),
 			status: 503, typed: stripeLocalTyped, unsent: true, inspect: triesN(1),
 		},
 		{
 			name: "k no local 503, circuit open: SDK off", tries: 1,
-			opts: opts(retryhttp.WithBreaker(quickBreaker(longOpen))),
+			opts: opts(noWait, retryhttp.WithBreaker(quickBreaker(longOpen))),
 			prep: tripHost, script: withTrip(Always(stripeCustomer)), call: stripeRetrieve,
 			circuitErr: true, unsent: true, inspect: triesAll(1, 0),
 		},
 		{
 			name: "k no local 503, circuit open: SDK defaults, real delays", real: true,
-			opts: opts(retryhttp.WithBreaker(quickBreaker(longOpen))),
+			opts: opts(noWait, retryhttp.WithBreaker(quickBreaker(longOpen))),
 			prep: tripHost, script: withTrip(Always(stripeCustomer)), call: stripeRetrieve,
 			circuitErr: true, unsent: true, inspect: triesAll(3, 2*time.Second),
 		},

@@ -82,27 +82,38 @@ func policies(c config) []policy {
 			retryhttp.WithBudget(nil), retryhttp.WithBreaker(nil)}, more...)
 	}
 	full := retryhttp.FullJitter{Base: c.base, Cap: c.cap}
-	guarded := func() []retryhttp.Option {
-		return alone(full,
+	guarded := func(more ...retryhttp.Option) []retryhttp.Option {
+		return alone(full, append([]retryhttp.Option{
 			retryhttp.WithBudget(retryhttp.NewBudget(retryhttp.BudgetConfig{})),
-			retryhttp.WithBreaker(retryhttp.NewBreaker(retryhttp.BreakerConfig{})))
+			retryhttp.WithBreaker(retryhttp.NewBreaker(retryhttp.BreakerConfig{}))}, more...)...)
 	}
+	noWait := retryhttp.WithMaxWait(0)
 	ps := []policy{
-		{name: "no backoff", opts: alone(retryhttp.Immediate{})},
+		{name: "no backoff", opts: alone(noBackoff{})},
 		{name: "plain exponential", opts: alone(retryhttp.Exponential{Base: c.base, Cap: c.cap})},
 		{name: "equal jitter", opts: alone(retryhttp.EqualJitter{Base: c.base, Cap: c.cap})},
 		{name: "full jitter", opts: alone(full)},
 		{name: "decorrelated jitter", opts: alone(retryhttp.DecorrelatedJitter{Base: c.base, Cap: c.cap})},
-		{name: "full jitter + budget + breaker", opts: guarded()},
+		// The budget and breaker alone: what they refuse is handed back.
+		{name: "full jitter + budget + breaker, no wait", opts: guarded(noWait)},
+		// The defaults: what the budget and the breaker would refuse
+		// waits for the server to recover instead.
+		{name: waitName, opts: guarded()},
 	}
 	if c.redrive > 0 {
-		ps = append(ps, policy{name: redriveName, opts: guarded(), redrive: c.redrive})
+		// A dispatcher with its own queue: refusals come back at once, and
+		// it sends them again at the instant RetryAt advises.
+		ps = append(ps, policy{name: redriveName, opts: guarded(noWait), redrive: c.redrive})
 	}
 	return ps
 }
 
-// redriveName is the name of the row where a dispatcher redrives failures.
-const redriveName = "full jitter + budget + breaker + redrive"
+// The names of the rows of the defaults (which wait for the server), and
+// of a dispatcher that redrives failures.
+const (
+	waitName    = "full jitter + budget + breaker + wait (defaults)"
+	redriveName = "full jitter + budget + breaker + redrive, no wait"
+)
 
 // run runs every policy in turn, prints the table to w, writes the chart,
 // and returns the rows.
@@ -181,10 +192,10 @@ func runPolicy(c config, ep *endpoint, p policy) (result, error) {
 			for {
 				select {
 				case <-stop:
-					fmt.Fprintf(c.progress, "\r%-42s done %d/%d          \n", p.name, done.Load(), c.clients)
+					fmt.Fprintf(c.progress, "\r%-50s done %d/%d          \n", p.name, done.Load(), c.clients)
 					return
 				case <-tick.C:
-					fmt.Fprintf(c.progress, "\r%-42s done %d/%d", p.name, done.Load(), c.clients)
+					fmt.Fprintf(c.progress, "\r%-50s done %d/%d", p.name, done.Load(), c.clients)
 				}
 			}
 		})
@@ -240,7 +251,7 @@ func (d *dispatcher) deliver(ctx context.Context, client *http.Client, url strin
 		resp, err := client.Do(req)
 		ok := err == nil && resp.StatusCode == http.StatusOK
 		var at time.Time
-		var why retryhttp.Advice
+		var why retryhttp.Reason
 		if !ok && redrive {
 			at, why = d.tr.RetryAt(resp, err)
 			if at.IsZero() {
@@ -316,14 +327,21 @@ func warm(ctx context.Context, next http.RoundTripper, url string, n int) error 
 }
 
 func printTable(w io.Writer, rs []result, deliveries int) {
-	fmt.Fprintf(w, "%-42s %12s %12s %14s %9s %8s %8s %6s\n",
+	fmt.Fprintf(w, "%-50s %12s %12s %14s %9s %8s %8s %6s\n",
 		"policy", "peak outage", "peak recov.", "t99 delivered", "delivered", "attempts", "wasted", "conns")
 	for _, r := range rs {
 		t99 := fmt.Sprintf("never (%.0f%%)", 100*float64(r.delivered)/float64(deliveries))
 		if r.t99 >= 0 {
 			t99 = fmt.Sprintf("%.2f s", r.t99.Seconds())
 		}
-		fmt.Fprintf(w, "%-42s %10.0f/s %10.0f/s %14s %9d %8d %8d %6d\n",
+		fmt.Fprintf(w, "%-50s %10.0f/s %10.0f/s %14s %9d %8d %8d %6d\n",
 			r.name, r.peakOutageRPS, r.peakRecoveryRPS, t99, r.delivered, r.attempts, r.wasted, r.conns)
 	}
 }
+
+// noBackoff retries at once, as a retry loop without backoff does: the
+// row that shows what that does to a failing endpoint. Any type with a
+// Delay method is a retryhttp.Policy.
+type noBackoff struct{}
+
+func (noBackoff) Delay(int, time.Duration) time.Duration { return 0 }

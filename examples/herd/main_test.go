@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/retryhttp/retryhttp"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -52,14 +53,17 @@ func TestRunWritesTableAndSVG(t *testing.T) {
 	require.Equal(t, c.clients, last.delivered, "redrive: every delivery made, by the server's count")
 	require.Zero(t, last.redrive.gaveUp)
 	require.Positive(t, last.redrive.redrives)
-	require.Positive(t, last.redrive.advice["budget"], "redrive: RetryAt advised by the budget")
+	require.Positive(t, last.redrive.advice[retryhttp.ReasonBudgetExhausted.String()], "redrive: RetryAt advised by the budget")
 	require.Greater(t, last.wasted, 0)
 	// Every first attempt failed, so each delivery's 200 came on a later
 	// attempt, redriven or retried: the rest of those failed.
 	require.Equal(t, c.clients+last.wasted+last.delivered, last.attempts, "redrive: attempts = first attempts + wasted + the 200s")
-	guarded := results[len(results)-2]
-	require.Equal(t, "full jitter + budget + breaker", guarded.name)
-	require.Less(t, guarded.delivered, c.clients, "without the dispatcher the budget hands failures back")
+	waited := results[len(results)-2]
+	require.Equal(t, waitName, waited.name)
+	require.Equal(t, c.clients, waited.delivered, "the defaults: every delivery waits for the server, and is made")
+	guarded := results[len(results)-3]
+	require.Equal(t, "full jitter + budget + breaker, no wait", guarded.name)
+	require.Less(t, guarded.delivered, c.clients, "without the wait or a dispatcher the budget hands failures back")
 	line := tableLine(t, out.String(), redriveName)
 	require.Equal(t, strconv.Itoa(c.clients), line[len(line)-4], "the printed row's delivered column")
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/retryhttp/retryhttp"
+	"golang.org/x/time/rate"
 )
 
 // Bucket is the width of the time slices that peaks are measured over.
@@ -37,6 +38,15 @@ type Scenario struct {
 	// passed; never earlier), until it is delivered or the next instant
 	// falls after Redrive from t = 0, the give-up horizon. 0: one call.
 	Redrive time.Duration
+	// Deadline is each delivery's context deadline, from t = 0; 0 means
+	// none.
+	Deadline time.Duration
+	// Capacity, when positive, is what the endpoint serves after the
+	// outage: at most Capacity requests per second (a token bucket with a
+	// tenth of a second's burst), answering the rest with Status, as a
+	// host still short of capacity does while it recovers. 0: it serves
+	// everything from recovery on.
+	Capacity float64
 	// RedriveFallback draws the wait before redrive n (n >= 1: the first
 	// redrive of a delivery is n = 1) when RetryAt gives the zero time, as
 	// it does for an outcome nothing explains; the prev argument is 0. nil
@@ -59,13 +69,16 @@ type Result struct {
 	FirstAtZero     int            // first attempts that arrived at t = 0
 	CircuitOpen     int            // deliveries refused or woken by an open circuit (at least once, with Redrive)
 	End             time.Duration  // when the last caller returned
+	// From recovery on: attempts the endpoint received, and of those,
+	// answered with Status for want of capacity.
+	AfterAttempts, AfterRefused int
 	// With Redrive: Redrives counts calls to RoundTrip after a delivery's
 	// first, Advice what RetryAt answered to each failure (by reason,
-	// AdviceNone counting the zero time, which the fallback replaced),
+	// ReasonNone counting the zero time, which the fallback replaced),
 	// AtOnce the advised instants that had already come, and GaveUp the
 	// deliveries whose next instant fell past the horizon.
 	Redrives int
-	Advice   map[retryhttp.Advice]int
+	Advice   map[retryhttp.Reason]int
 	AtOnce   int
 	GaveUp   int
 }
@@ -85,6 +98,9 @@ func Run(s Scenario) Result {
 		retryAfter: s.RetryAfter,
 		seen:       make([]int, s.Deliveries),
 	}
+	if s.Capacity > 0 {
+		ep.capacity = rate.NewLimiter(rate.Limit(s.Capacity), max(int(s.Capacity/10), 1))
+	}
 	tr := retryhttp.New(ep, s.Options...)
 	done := make([]time.Duration, s.Deliveries) // when delivery i succeeded; -1 if it did not
 	var (
@@ -95,7 +111,7 @@ func Run(s Scenario) Result {
 	)
 	var (
 		redrives, atOnce, gaveUp int
-		advice                   = map[retryhttp.Advice]int{}
+		advice                   = map[retryhttp.Reason]int{}
 	)
 	fallback := s.RedriveFallback
 	if fallback == nil {
@@ -105,6 +121,11 @@ func Run(s Scenario) Result {
 	for i := range s.Deliveries {
 		wg.Go(func() {
 			ctx := context.WithValue(context.Background(), deliveryKey{}, i)
+			if s.Deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithDeadline(ctx, ep.start.Add(s.Deadline))
+				defer cancel()
+			}
 			done[i] = -1
 			refused := false
 			// Each pass is one call to RoundTrip. Without Redrive there is
@@ -125,7 +146,7 @@ func Run(s Scenario) Result {
 					refused = true
 				}
 				var next time.Time
-				var why retryhttp.Advice
+				var why retryhttp.Reason
 				if !ok && s.Redrive > 0 {
 					// Asked when the failure comes back, before the body is
 					// closed, as RetryAt's documentation says.
@@ -198,6 +219,7 @@ type endpoint struct {
 	outage     time.Duration
 	status     int
 	retryAfter string
+	capacity   *rate.Limiter // after the outage; nil: unlimited
 
 	mu       sync.Mutex
 	seen     []int // attempts received per delivery; guarded by mu
@@ -205,6 +227,8 @@ type endpoint struct {
 	retries  []int // attempts after the first, per bucket, before recovery; guarded by mu
 	wasted   int   // guarded by mu
 	atZero   int   // first attempts at t = 0; guarded by mu
+	after    int   // attempts from recovery on; guarded by mu
+	refused  int   // of those, refused for want of capacity; guarded by mu
 }
 
 func (e *endpoint) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -214,6 +238,13 @@ func (e *endpoint) RoundTrip(req *http.Request) (*http.Response, error) {
 	b := int(at / Bucket)
 
 	e.mu.Lock()
+	if !down {
+		e.after++
+		if e.capacity != nil && !e.capacity.Allow() {
+			down = true
+			e.refused++
+		}
+	}
 	e.seen[i]++
 	n := e.seen[i]
 	for len(e.attempts) <= b {
@@ -225,7 +256,9 @@ func (e *endpoint) RoundTrip(req *http.Request) (*http.Response, error) {
 		e.atZero++
 	}
 	if n > 1 && down {
-		e.retries[b]++
+		if at < e.outage {
+			e.retries[b]++
+		}
 		e.wasted++
 	}
 	e.mu.Unlock()
@@ -248,7 +281,8 @@ func (e *endpoint) RoundTrip(req *http.Request) (*http.Response, error) {
 func (e *endpoint) result(s Scenario, done []time.Duration, opened int, end time.Duration) Result {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	r := Result{Name: s.Name, Wasted: e.wasted, FirstAtZero: e.atZero, CircuitOpen: opened, End: end}
+	r := Result{Name: s.Name, Wasted: e.wasted, FirstAtZero: e.atZero, CircuitOpen: opened, End: end,
+		AfterAttempts: e.after, AfterRefused: e.refused}
 	r.PerBucket = append([]int(nil), e.attempts...)
 	r.PeakOutageRPS, r.PeakRecoveryRPS, r.Attempts = Peaks(e.attempts, e.retries, e.outage)
 	for _, n := range e.seen {

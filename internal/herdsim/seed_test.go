@@ -38,7 +38,7 @@ const (
 	redriveHorizon = 60 * time.Second
 	// redriveRow is the row where a dispatcher redrives each failure at
 	// the instant the transport's RetryAt advises (see Scenario.Redrive).
-	redriveRow = "full jitter + budget + breaker + redrive"
+	redriveRow = "full jitter + budget + breaker + redrive (no wait)"
 )
 
 // row is one line of the table, in the JSON form the issue fixes.
@@ -70,14 +70,20 @@ func scenarios(maxAttempts int) []Scenario {
 	}
 	full := retryhttp.FullJitter{Base: base, Cap: maxDelay}
 	oneMs := retryhttp.WithFirstAttemptJitter(time.Millisecond)
+	noWait := retryhttp.WithMaxWait(0)
 	return []Scenario{
-		{Name: "no backoff (immediate)", Options: alone(retryhttp.Immediate{})},
+		{Name: "no backoff (immediate)", Options: alone(noBackoff{})},
 		{Name: "plain exponential", Options: alone(retryhttp.Exponential{Base: base, Cap: maxDelay})},
 		{Name: "equal jitter", Options: alone(retryhttp.EqualJitter{Base: base, Cap: maxDelay})},
 		{Name: "full jitter", Options: alone(full)},
 		{Name: "decorrelated jitter", Options: alone(retryhttp.DecorrelatedJitter{Base: base, Cap: maxDelay})},
-		{Name: "full jitter + budget", Options: alone(full, retryhttp.WithBudget(retryhttp.NewBudget(retryhttp.BudgetConfig{})))},
-		{Name: "full jitter + budget + breaker", Options: alone(full,
+		// The budget and breaker rows hand back at once what the budget or
+		// the open circuit refuses (WithMaxWait(0)), to show what each
+		// does on its own; internal/herdsim's TestRecoveryTable has the
+		// defaults, which wait for the endpoint instead.
+		{Name: "full jitter + budget (no wait)", Options: alone(full, noWait,
+			retryhttp.WithBudget(retryhttp.NewBudget(retryhttp.BudgetConfig{})))},
+		{Name: "full jitter + budget + breaker (no wait)", Options: alone(full, noWait,
 			retryhttp.WithBudget(retryhttp.NewBudget(retryhttp.BudgetConfig{})),
 			retryhttp.WithBreaker(retryhttp.NewBreaker(retryhttp.BreakerConfig{})))},
 		// The row above under a dispatcher: every failure RoundTrip hands
@@ -86,7 +92,7 @@ func scenarios(maxAttempts int) []Scenario {
 		// own full-jitter draw. A redriven attempt is an attempt after the
 		// delivery's first, so the endpoint counts it as a retry, and as
 		// wasted if it fails, like any other row's retries.
-		{Name: redriveRow, Redrive: redriveHorizon, RedriveFallback: full, Options: alone(full,
+		{Name: redriveRow, Redrive: redriveHorizon, RedriveFallback: full, Options: alone(full, noWait,
 			retryhttp.WithBudget(retryhttp.NewBudget(retryhttp.BudgetConfig{})),
 			retryhttp.WithBreaker(retryhttp.NewBreaker(retryhttp.BreakerConfig{})))},
 		{Name: "full jitter + 50ms first-attempt jitter", Options: alone(full, retryhttp.WithFirstAttemptJitter(50*time.Millisecond))},
@@ -171,7 +177,7 @@ func TestSeedTable(t *testing.T) {
 	}
 	full := results["full jitter"]
 	require.LessOrEqual(t, full.PeakRecoveryRPS, 0.2*plain.PeakRecoveryRPS, "full jitter's peak at recovery vs plain's")
-	budget := results["full jitter + budget"]
+	budget := results["full jitter + budget (no wait)"]
 	require.LessOrEqual(t, float64(budget.Wasted), 0.1*float64(full.Wasted), "budget's wasted attempts vs full jitter's alone")
 	// The redrive row: a dispatcher that asks RetryAt delivers everything
 	// within its horizon, ...
@@ -284,3 +290,9 @@ func sparkline(counts []int, limit int) string {
 	fmt.Fprintf(&b, " (max %d)", top)
 	return b.String()
 }
+
+// noBackoff retries at once, as a retry loop without backoff does.
+type noBackoff struct{}
+
+func (noBackoff) Delay(int, time.Duration) time.Duration { return 0 }
+func (noBackoff) MaxDelay() time.Duration                { return 0 }

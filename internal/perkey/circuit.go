@@ -2,100 +2,139 @@ package perkey
 
 import "time"
 
-// allow admits an attempt as the circuit and the hold see it: refused
-// with ErrOpen (or ErrIsolated) while the circuit is open or its probes
-// are taken, with a *HeldError while the key is held. An admitted attempt
-// to a paced key must still wait for the key's send rate (Ticket.paced).
-func (l *Lane) allow() (Ticket, Transitions, error) {
-	var trs Transitions
+// allow admits an attempt as the circuit, the hold and the key's waiters
+// see it: refused with ErrOpen (or ErrIsolated) while the circuit is open
+// or its probes are taken, with a *HeldError while the key is held, and,
+// when queue is set, with ErrTurn while the key recovers and others wait
+// their turn. g is what the queue let the request go with, if it did. An
+// admitted attempt to a paced key must still wait for the key's send rate
+// (pacedFlag). Changes are added to trs.
+func (l *Lane) allow(trs *Transitions, g grant, queue bool) (Ticket, error) {
 	w := l.word.Load()
 	if w&fastMask == 0 {
-		return Ticket{gen: w >> stateBits}, trs, nil
+		return Ticket{gen: w >> stateBits}, nil
 	}
 	if w&fastMask == pacedBit {
-		return Ticket{gen: w >> stateBits, pace: pacedFlag}, trs, nil
+		return Ticket{gen: w >> stateBits, pace: pacedFlag}, nil
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
 	if l.word.Load()&heldBit != 0 {
 		if now.Before(l.holdUntil) {
-			return Ticket{}, trs, &HeldError{Until: l.holdUntil}
+			return Ticket{}, l.refusedLocked(g, &HeldError{Until: l.holdUntil})
 		}
 		trs.add(l.unholdLocked())
 	}
 	state, gen := unpack(l.word.Load())
 	if state == Open {
 		if l.isolated {
-			return Ticket{}, trs, ErrIsolated
+			return Ticket{}, l.refusedLocked(g, ErrIsolated)
 		}
 		if now.Before(l.openUntil) {
-			return Ticket{}, trs, ErrOpen
+			return Ticket{}, l.refusedLocked(g, ErrOpen)
 		}
-		trs.add(l.setLocked(HalfOpen, now))
-		l.opened = nil
-		l.probes = 0
+		trs.add(l.halfOpenLocked(now))
+		// The oldest waiters take the probes before any newcomer.
+		l.releaseLocked(now, trs, false)
 		state, gen = unpack(l.word.Load())
 	}
+	w = l.word.Load()
 	tk := Ticket{gen: gen}
-	if l.word.Load()&pacedBit != 0 {
+	if w&pacedBit != 0 {
 		tk.set(pacedFlag)
 	}
 	switch {
+	case state == Closed && w&waitBit == 0:
+		return tk, nil
 	case state == Closed:
-		return tk, trs, nil
-	case l.probes < l.set.cfg.Probes:
+		switch {
+		case g == grantTurn && l.rec != nil:
+			tk.set(recovFlag)
+		case g == grantTurn:
+			// The recovery is over: an attempt like any other.
+		case g == grantTest:
+			tk.set(testFlag)
+		case l.rec != nil && queue:
+			return Ticket{}, ErrTurn
+		default:
+			// Requests wait for a closed key (their retries found no
+			// budget), or it recovers and this newcomer may not wait: it
+			// goes, and its success lets the waiters go. While newcomers
+			// test the key, the waiters' own test is not needed.
+			tk.set(watchFlag)
+			if l.rec == nil && !l.testing {
+				l.testAt = later(l.testAt, now.Add(l.set.cfg.OpenFor))
+			}
+		}
+		return tk, nil
+	case l.queue.len() == 0 && l.probes < l.set.cfg.Probes:
 		l.probes++
 		tk.set(probeFlag)
-		return tk, trs, nil
+		return tk, nil
 	}
-	return Ticket{}, trs, ErrOpen
+	return Ticket{}, l.refusedLocked(g, ErrOpen)
 }
 
-// record tells the circuit the outcome of an attempt admitted with tk. A
-// throttle tells it nothing, as None does.
-func (l *Lane) record(tk Ticket, o Kind) Transition {
+// refusedLocked returns err for a request the queue let go that could not
+// be admitted after all: the test it was to be is not under way. Called
+// with mu held.
+func (l *Lane) refusedLocked(g grant, err error) error {
+	switch {
+	case g == grantTest:
+		l.testing = false
+	case g == grantTurn && l.rec != nil:
+		l.rec.answered() // a turn that sends nothing is not in flight
+	}
+	return err
+}
+
+// record tells the circuit the outcome of an attempt admitted with tk,
+// and the key's waiters what it says; changes are added to trs. A
+// throttle tells the circuit nothing, as None does.
+func (l *Lane) record(tk Ticket, o Kind, trs *Transitions) {
 	if o == Throttled {
 		o = None
 	}
-	if o == Success && !tk.has(probeFlag) {
+	queued := tk.has(recovFlag | testFlag | watchFlag)
+	if o == Success && !tk.has(probeFlag) && !queued {
 		l.recordSuccess()
-		return Transition{}
+		return
 	}
-	if (o == None || !l.set.cfg.Circuits) && !tk.has(probeFlag) {
-		return Transition{}
+	if (o == None || !l.set.cfg.Circuits) && !tk.has(probeFlag) && !queued {
+		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	state, gen := unpack(l.word.Load())
-	if gen != tk.gen {
-		// From an earlier state: ignored. A probe of an earlier half-open
-		// period no longer holds a place: its places were freed when the
-		// period ended.
-		return Transition{}
-	}
-	if tk.has(probeFlag) {
-		l.probes--
-	}
 	now := time.Now()
-	switch {
-	case state == HalfOpen && o == Success:
-		return l.closeLocked(now)
-	case state == HalfOpen && o == Failure:
-		return l.openLocked(now, l.openTime())
-	case state == Closed && o == Failure:
-		return l.failLocked(now)
+	if o == Success && !tk.has(probeFlag) {
+		l.recordSuccess()
 	}
-	return Transition{}
-}
-
-// openTime draws how long the circuit stays open: OpenFor plus a random
-// part of up to OpenJitter, so that circuits tripped together (a fleet of
-// clients, or many hosts behind one failed load balancer) do not half-open
-// together.
-func (l *Lane) openTime() time.Duration {
-	c := &l.set.cfg
-	return c.OpenFor + Uniform(0, c.OpenJitter)
+	if state, gen := unpack(l.word.Load()); gen == tk.gen {
+		// An outcome from an earlier state is ignored. A probe of an
+		// earlier half-open period no longer holds a place: its places
+		// were freed when the period ended.
+		if tk.has(probeFlag) {
+			l.probes--
+		}
+		switch {
+		case !l.set.cfg.Circuits:
+		case state == HalfOpen && o == Success:
+			trs.add(l.closeLocked(now))
+		case state == HalfOpen && o == Failure:
+			trs.add(l.openLocked(now, l.backoffLocked(now)))
+		case state == Closed && o == Failure:
+			trs.add(l.failLocked(now))
+		}
+	}
+	if queued {
+		l.doneWaitingLocked(tk, o, now, trs)
+		return
+	}
+	// A probe's place is free again, or the circuit changed: the waiters
+	// may go, or wait for another instant.
+	l.releaseLocked(now, trs, false)
+	l.scheduleLocked(now)
 }
 
 // failLocked counts a failure in the closed state and trips the circuit
@@ -118,46 +157,61 @@ func (l *Lane) failLocked(now time.Time) Transition {
 	total := l.fails + int(l.succ.Load())
 	if now.Sub(l.since) >= c.Span && l.fails >= c.MinFailures &&
 		float64(l.fails) >= c.FailureRatio*float64(total) {
-		tr = l.openLocked(now, l.openTime())
+		if l.failingSince.IsZero() {
+			l.failingSince = l.since
+		}
+		tr = l.openLocked(now, l.backoffLocked(now))
 		tr.Failing = true // an open reports the failure that caused it
 	}
 	return tr
 }
 
 // openLocked opens the circuit for d: what happens when the circuit opens.
-// The failure period is over, the half-open period's probes are too, and
-// every request sleeping toward the key wakes (Sleep returns ErrOpen);
-// until d has passed, Admit refuses. Called with mu held.
+// The failure period is over, the half-open period's probes are too, a
+// recovery under way stops, and every request sleeping toward the key
+// wakes (Sleep returns ErrOpen); until d has passed, Admit refuses, and
+// the key's waiters wait for the probe. Called with mu held.
 func (l *Lane) openLocked(now time.Time, d time.Duration) Transition {
 	l.openUntil = now.Add(d)
 	l.episode = now
 	l.resetPeriodLocked()
 	l.probes = 0
+	l.rec = nil
 	if l.opened != nil && l.opened != closedChan {
 		close(l.opened)
 	}
 	l.opened = closedChan
 	tr := l.setLocked(Open, now)
 	tr.Until = l.openUntil
+	l.updateWaitBitLocked()
+	l.scheduleLocked(now)
 	return tr
 }
 
 // closeLocked closes the circuit. It is the one rule for every close,
 // whether a probe succeeded, an operator reset the key, or another process
-// saw the key answer: the failure period is forgotten, the half-open
-// period's probes are over (their outcomes will be ignored, so their
-// places are freed now), and the policy's memory of the outage is cleared,
-// so that a policy growing from the previous delay starts again from its
-// base, as after any success. A closed circuit only forgets. Called with
-// mu held.
+// saw the key answer: the failure period and the outage are forgotten,
+// the half-open period's probes are over (their outcomes will be ignored,
+// so their places are freed now), the policy's memory of the outage is
+// cleared, so that a policy growing from the previous delay starts again
+// from its base, as after any success; and the requests waiting for the
+// key begin to go, at the recovery's rate. A closed circuit only forgets.
+// Called with mu held.
 func (l *Lane) closeLocked(now time.Time) Transition {
 	l.prev.Store(0)
 	l.resetPeriodLocked()
 	l.probes = 0
-	if state, _ := unpack(l.word.Load()); state == Closed {
-		return Transition{}
+	l.failingSince = time.Time{}
+	if l.queue.len() > 0 && l.rec == nil {
+		l.rec = newRecovery(now, l.queue.len())
 	}
-	return l.setLocked(Closed, now)
+	var tr Transition
+	if state, _ := unpack(l.word.Load()); state != Closed {
+		tr = l.setLocked(Closed, now)
+	}
+	l.releaseLocked(now, &Transitions{}, false)
+	l.scheduleLocked(now)
+	return tr
 }
 
 func (l *Lane) resetPeriodLocked() {
@@ -194,9 +248,14 @@ func (l *Lane) AdoptOpen(now time.Time, d time.Duration, quorum bool) Transition
 			return Transitions{}
 		}
 		l.openUntil = until
+		l.scheduleLocked(now)
 		return one(Transition{From: Open, To: Open, Until: until, Extended: true})
 	case state == Closed && !quorum:
 		return Transitions{}
+	}
+	if l.failingSince.IsZero() {
+		// Another process saw the key fail; from here, it is failing.
+		l.failingSince = now
 	}
 	return one(l.openLocked(now, d))
 }

@@ -16,6 +16,9 @@
 // bounded table and how entries leave it), lane.go (the lane and its fast
 // path), circuit.go (trip, open, half-open and the one close rule),
 // hold.go, pace.go (the adaptive send rate), slots.go (the concurrency
-// limit), queue.go (the one waiter queue both use), calendar.go (RetryAt's
-// spread), view.go (one locked read of a lane) and transition.go.
+// limit), queue.go (the one waiter queue they and the lane use), wait.go
+// (requests that wait for a key to recover, and their release),
+// recovery.go (the rate of that release), bucket.go (the token bucket
+// both timed releases share), calendar.go (RetryAt's spread),
+// view.go (one locked read of a lane) and transition.go.
 package perkey

@@ -17,7 +17,8 @@ type Config struct {
 	Span         time.Duration // how long failures must persist before a trip
 	MinFailures  int           // failures a trip needs
 	FailureRatio float64       // share of failures among outcomes a trip needs
-	OpenFor      time.Duration // shortest open time
+	OpenFor      time.Duration // the first open time of an outage
+	MaxOpenFor   time.Duration // the longest, as the outage goes on; <= OpenFor: always OpenFor
 	OpenJitter   time.Duration // width of the random time added to OpenFor; <= 0: none
 	Probes       int           // probes a half-open circuit lets through at once
 	MaxKeys      int           // lanes held before idle ones leave; 0: DefaultMaxKeys
@@ -127,6 +128,19 @@ type Lane struct {
 	heldSince time.Time // guarded by mu
 	probes    int       // probes in flight while half-open; guarded by mu
 	sleepers  int       // requests sleeping toward the key; guarded by mu
+	// failingSince is when the key began failing: the start of the failure
+	// period that tripped the circuit, kept while it stays open or
+	// half-open, cleared by a close. Guarded by mu.
+	failingSince time.Time
+	// The requests waiting for the key to recover (see wait.go), the timer
+	// that lets the next go, the recovery under way, and the test of a
+	// closed key whose requests wait. Guarded by mu.
+	queue   queue
+	timer   *time.Timer
+	timerAt time.Time
+	rec     *recovery
+	testing bool
+	testAt  time.Time
 	// opened is closed when the circuit opens, to wake the requests
 	// sleeping toward the key. It is made when the first of them starts
 	// sleeping, and while the circuit is open it is closedChan.
@@ -134,12 +148,14 @@ type Lane struct {
 }
 
 const (
-	stateBits = 4      // state, held and paced flags
+	stateBits = 5      // state, held, paced and wait flags
 	stateMask = 3      // the circuit's state
 	heldBit   = 1 << 2 // a hold is in force
 	pacedBit  = 1 << 3 // the key's send rate is limited (see pacer)
-	flagBits  = heldBit | pacedBit
-	// fastMask: none of these set means closed, not held, not paced.
+	waitBit   = 1 << 4 // requests wait for the key, or it recovers (see wait.go)
+	flagBits  = heldBit | pacedBit | waitBit
+	// fastMask: none of these set means closed, not held, not paced, and
+	// nobody waits.
 	fastMask = 1<<stateBits - 1
 )
 
@@ -160,6 +176,11 @@ type Limits struct {
 	// RefuseInFlight refuses an attempt over MaxInFlight (with ErrSlots)
 	// rather than letting it wait its turn.
 	RefuseInFlight bool
+	// Queue: the request may wait in the key's queue. While the key
+	// recovers, Admit then refuses a newcomer with ErrTurn (it waits its
+	// turn through Wait); without it, the newcomer goes at once, as a
+	// dispatcher that keeps its own queue wants.
+	Queue bool
 }
 
 // Ticket is what Admit hands an attempt, and the only way to record its
@@ -171,6 +192,7 @@ type Limits struct {
 type Ticket struct {
 	gen  uint64
 	pace uint64 // pacer generation << ticketBits | flags
+	at   int64  // with recovFlag: when the attempt went, in Unix nanoseconds
 }
 
 // The flags of a Ticket.
@@ -178,6 +200,9 @@ const (
 	probeFlag  = 1 << iota // a half-open probe: holds one of the probe places
 	pacedFlag              // went through the key's pacer
 	slotFlag               // holds a place among the attempts in flight
+	recovFlag              // let go by the key's recovery: its outcome feeds the rate
+	testFlag               // the one test of a closed key whose requests wait
+	watchFlag              // admitted beside waiters: its success lets them go
 	ticketBits = iota
 )
 
@@ -222,11 +247,13 @@ type Outcome struct {
 
 // Admit admits an attempt to the key, or refuses it: with ErrOpen or
 // ErrIsolated while the circuit is open or its probes are taken, with a
-// *HeldError while the key is held, with ErrSlots when lim refuses over
-// its limit, with ErrPaced when the key's send rate leaves no room before
-// the deadline, and with ctx's error when it ends while the attempt waits
-// its turn (for the send rate or a place in flight). A closed circuit with
-// no hold, no pacing and no limit admits with one atomic load.
+// *HeldError while the key is held, with ErrTurn while the key recovers
+// and others wait (when lim.Queue is set), with ErrSlots when lim refuses
+// over its limit, with ErrPaced when the key's send rate leaves no room
+// before the deadline, and with ctx's error when it ends while the
+// attempt waits its turn for the send rate or a place in flight. A closed
+// circuit with no hold, no pacing, no waiters and no limit admits with
+// one atomic load.
 func (l *Lane) Admit(ctx context.Context, lim Limits) (tk Ticket, trs Transitions, err error) {
 	if w := l.word.Load(); w&fastMask == 0 && lim.MaxInFlight == 0 {
 		tk.gen = w >> stateBits
@@ -235,29 +262,11 @@ func (l *Lane) Admit(ctx context.Context, lim Limits) (tk Ticket, trs Transition
 	return l.admitSlow(ctx, lim)
 }
 
-// admitSlow is Admit past its fast path: the circuit and the hold first,
-// then the wait for the send rate, then a place in flight. If a wait
-// fails, the circuit's admission is given back.
+// admitSlow is Admit past its fast path: the circuit, the hold and the
+// key's waiters first, then the wait for the send rate, then a place in
+// flight.
 func (l *Lane) admitSlow(ctx context.Context, lim Limits) (Ticket, Transitions, error) {
-	tk, trs, err := l.allow()
-	if err != nil {
-		return tk, trs, err
-	}
-	if tk.has(pacedFlag) {
-		var gen uint64
-		gen, err = l.waitPace(ctx)
-		tk.setPaceGen(gen)
-	}
-	if err == nil && lim.MaxInFlight > 0 {
-		if err = l.slotsOf().acquire(ctx, lim.MaxInFlight, lim.RefuseInFlight); err == nil {
-			tk.set(slotFlag)
-		}
-	}
-	if err != nil {
-		trs.merge(l.Done(tk, Outcome{}))
-		return Ticket{}, trs, err
-	}
-	return tk, trs, nil
+	return l.admitLoop(ctx, lim, time.Time{}, false)
 }
 
 // Done records the outcome of the attempt that t admitted, frees the probe
@@ -276,7 +285,7 @@ func (l *Lane) doneSlow(t Ticket, o Outcome) Transitions {
 		l.slotsOf().release()
 	}
 	var trs Transitions
-	trs.add(l.record(t, o.Kind))
+	l.record(t, o.Kind, &trs)
 	if o.Cut {
 		l.throttle(time.Now(), t.paceGen())
 	}
@@ -304,6 +313,10 @@ func (l *Lane) Prev() time.Duration { return time.Duration(l.prev.Load()) }
 
 // SetPrev records d as the key's previous delay.
 func (l *Lane) SetPrev(d time.Duration) { l.prev.Store(int64(d)) }
+
+// Waiting reports whether requests wait for the key, or it recovers; one
+// atomic load.
+func (l *Lane) Waiting() bool { return l.word.Load()&waitBit != 0 }
 
 // IsOpen reports whether the circuit is open now; one atomic load.
 func (l *Lane) IsOpen() bool {
@@ -371,8 +384,9 @@ func sleep(ctx context.Context, d time.Duration, opened <-chan struct{}) error {
 }
 
 // idle reports that the lane may leave memory: no probe is in flight, no
-// request sleeps toward the key, no hold or isolation is in force, no
-// attempt waits for the send rate or holds a place in flight, and either
+// request sleeps toward or waits for the key, no recovery or test is
+// under way, no hold or isolation is in force, no attempt waits for the
+// send rate or holds a place in flight, and either
 // the circuit is closed with no failure period under way (none, or one
 // older than twice the span, which the next failure would start afresh),
 // or it is open past its open time, or half-open with no probe in flight,
@@ -383,7 +397,8 @@ func (l *Lane) idle(now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	w := l.word.Load()
-	if l.probes != 0 || l.sleepers != 0 || l.isolated || (w&heldBit != 0 && now.Before(l.holdUntil)) {
+	if l.probes != 0 || l.sleepers != 0 || l.isolated || (w&heldBit != 0 && now.Before(l.holdUntil)) ||
+		l.queue.len() != 0 || l.rec != nil || l.testing {
 		return false
 	}
 	if p := l.pace.Load(); p != nil && !p.free(now) {

@@ -56,8 +56,15 @@ func (p *pacer) rateAtLocked(now time.Time) float64 {
 	if p.wmax == 0 {
 		return math.Min(slowStartRate*math.Exp2(t/slowStartStep.Seconds()), 2*unpaceAt)
 	}
-	k := math.Cbrt(p.wmax * (1 - cubicBeta) / cubicC)
-	return math.Max(cubicC*math.Pow(t-k, 3)+p.wmax, 1)
+	return cubic(p.wmax, t)
+}
+
+// cubic returns CUBIC's rate t seconds after a cut from wmax to
+// cubicBeta of it: back at wmax after K seconds, flat around it, then
+// probing beyond (RFC 9438 §4.2).
+func cubic(wmax, t float64) float64 {
+	k := math.Cbrt(wmax * (1 - cubicBeta) / cubicC)
+	return math.Max(cubicC*math.Pow(t-k, 3)+wmax, 1)
 }
 
 // freeLocked reports that the pacer no longer limits anything: its rate
@@ -100,7 +107,7 @@ func (p *pacer) throttle(now time.Time, gen uint64) {
 	}
 	p.gen++
 	p.cutAt = now
-	p.lim.SetLimitAt(now, rate.Limit(p.rateAtLocked(now)))
+	setRate(p.lim, now, p.rateAtLocked(now))
 }
 
 // wait waits until the key's rate lets one more attempt go, and returns
@@ -110,7 +117,7 @@ func (p *pacer) throttle(now time.Time, gen uint64) {
 func (p *pacer) wait(ctx context.Context) (uint64, error) {
 	p.mu.Lock()
 	now := time.Now()
-	p.lim.SetLimitAt(now, rate.Limit(p.rateAtLocked(now)))
+	setRate(p.lim, now, p.rateAtLocked(now))
 	if p.queue.len() == 0 && p.timer == nil && p.lim.AllowN(now, 1) {
 		gen := p.gen
 		p.mu.Unlock()
@@ -125,12 +132,15 @@ func (p *pacer) wait(ctx context.Context) (uint64, error) {
 	w := p.queue.push()
 	p.scheduleLocked(now)
 	p.mu.Unlock()
-	return p.queue.wait(ctx, &p.mu, w, p.handOnLocked)
+	if err := p.queue.wait(ctx, &p.mu, w, nil, p.handOnLocked); err != nil {
+		return 0, err
+	}
+	return w.gen, nil
 }
 
 // handOnLocked passes a release its waiter could not use to the next in
 // line. Called with mu held.
-func (p *pacer) handOnLocked() { p.queue.letNext(p.gen) }
+func (p *pacer) handOnLocked(*waiter) { p.queue.letNext(p.gen) }
 
 // aheadLocked estimates how long the releases of k more attempts take:
 // at the current rate once it follows CUBIC (close to flat), and along the
@@ -153,18 +163,20 @@ func (p *pacer) scheduleLocked(now time.Time) {
 	if p.timer != nil || p.queue.len() == 0 {
 		return
 	}
-	d := p.lim.ReserveN(now, 1).DelayFrom(now)
-	p.timer = time.AfterFunc(d, p.release)
+	p.timer = time.AfterFunc(nextToken(p.lim, now), p.release)
 }
 
-// release lets the first waiter still waiting go, and schedules the next.
+// release lets go the waiters the limiter has tokens for (at least the
+// first: its timer was set for its token), and schedules the next.
 func (p *pacer) release() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.timer = nil
-	p.queue.letNext(p.gen)
 	now := time.Now()
-	p.lim.SetLimitAt(now, rate.Limit(p.rateAtLocked(now)))
+	setRate(p.lim, now, p.rateAtLocked(now))
+	for p.queue.len() > 0 && p.lim.AllowN(now, 1) {
+		p.queue.letNext(p.gen)
+	}
 	p.scheduleLocked(now)
 }
 

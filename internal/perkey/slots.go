@@ -28,8 +28,7 @@ func (s *slots) acquire(ctx context.Context, n int, refuse bool) error {
 	}
 	w := s.queue.push()
 	s.mu.Unlock()
-	_, err := s.queue.wait(ctx, &s.mu, w, s.releaseLocked)
-	return err
+	return s.queue.wait(ctx, &s.mu, w, nil, func(*waiter) { s.releaseLocked() })
 }
 
 // release gives the place back, to the first waiter still waiting if any.

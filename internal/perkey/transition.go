@@ -31,6 +31,10 @@ type Transition struct {
 // Changed reports whether the transition is a change of state.
 func (t Transition) Changed() bool { return t.From != t.To }
 
+// Circuit reports whether the transition is a change of the circuit's
+// state: not a hold beginning or ending, beside the circuit.
+func (t Transition) Circuit() bool { return t.Changed() && t.From != Held && t.To != Held }
+
 // Transitions is the changes one call made: at most two (a hold ending as
 // the circuit half-opens; a hold and an isolation ending together). The
 // zero value is none, which is what the success path returns: changes are

@@ -19,14 +19,21 @@ type View struct {
 	// the releases of the attempts waiting, and of one more, take.
 	Paced bool
 	Ahead time.Duration
-	// FailingSince is when the current failure period began, the zero time
-	// if none is under way; Failures and Successes are its outcomes so far.
+	// FailingSince is when the key began failing: the start of the
+	// failures that opened the circuit, kept while it stays open or
+	// half-open, or of a failure period under way on a closed circuit; the
+	// zero time if neither. Failing reports a failure period under way on
+	// a closed circuit, and Failures and Successes its outcomes so far.
 	FailingSince time.Time
+	Failing      bool
 	Failures     int
 	Successes    int64
 	// What the lane holds for requests: probes in flight while half-open,
-	// and requests sleeping toward the key.
-	Probes, Sleepers int
+	// requests sleeping toward the key, and requests waiting for it (see
+	// wait.go); Recovering reports that its waiters are being let go at the
+	// recovery's rate.
+	Probes, Sleepers, Waiting int
+	Recovering                bool
 }
 
 // View reads the lane at now. A hold whose time has come is over.
@@ -35,9 +42,13 @@ func (l *Lane) View(now time.Time) View {
 	defer l.mu.Unlock()
 	w := l.word.Load()
 	state, _ := unpack(w)
-	v := View{State: state, Since: l.changed, Isolated: l.isolated, Probes: l.probes, Sleepers: l.sleepers}
+	v := View{State: state, Since: l.changed, Isolated: l.isolated, Probes: l.probes, Sleepers: l.sleepers,
+		Waiting: l.queue.len(), Recovering: l.rec != nil}
 	if l.failing.Load() {
-		v.FailingSince, v.Failures, v.Successes = l.since, l.fails, l.succ.Load()
+		v.FailingSince, v.Failing, v.Failures, v.Successes = l.since, true, l.fails, l.succ.Load()
+	}
+	if !l.failingSince.IsZero() {
+		v.FailingSince = l.failingSince
 	}
 	if state == Open && !l.isolated {
 		v.OpenUntil = l.openUntil

@@ -1,0 +1,79 @@
+package perkey
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"golang.org/x/time/rate"
+)
+
+// A round whose answers take far longer than the quickest round's (the
+// host's queue is building) cuts the rate to what the host answered, and
+// leaves slow start; rounds answered as quickly grow it.
+func TestRecoveryLateAnswersCut(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	r := newRecovery(t0, 10_000)
+	// round sends n at from, answered took later, and reads the rate at
+	// end.
+	round := func(from, end, n int, took time.Duration) float64 {
+		for range n {
+			r.released(at(from))
+		}
+		for range n {
+			r.success(at(from).Add(took), took)
+		}
+		return r.rateAt(at(end))
+	}
+
+	assert.Equal(t, 200.0, round(0, 50, 5, 10*time.Millisecond))
+	assert.Equal(t, 400.0, round(50, 100, 10, 20*time.Millisecond), "twice the quickest, not half a step more")
+
+	// A host that is slow from the start is not late.
+	r = newRecovery(t0, 10_000)
+	assert.Equal(t, 200.0, round(0, 250, 5, 200*time.Millisecond))
+	assert.Equal(t, 400.0, round(250, 500, 10, 200*time.Millisecond))
+
+	r = newRecovery(t0, 10_000)
+	round(0, 50, 5, 10*time.Millisecond)
+	got := round(50, 150, 20, 40*time.Millisecond)
+	assert.InDelta(t, recoveryBeta*20/0.1, got, 1e-9, "cut to what the host answered, over the round")
+	assert.Equal(t, recoveryGrowth, r.growth, "out of slow start")
+}
+
+// A recovery that began with a small backlog grows past the backlog's
+// rate when requests keep coming and waiting: what it let go over the
+// spread counts as demand, as what waits does.
+func TestRecoveryFollowsDemand(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	r := newRecovery(t0, 10)
+	assert.Equal(t, float64(recoveryRate), r.most)
+	for i := range 200 {
+		r.released(t0.Add(time.Duration(i) * 2 * time.Millisecond))
+	}
+	r.backlog(t0.Add(400*time.Millisecond), 50)
+	assert.Equal(t, float64(200+50)/recoverySpread.Seconds(), r.most)
+
+	// A second later, the releases have left the spread.
+	r.backlog(t0.Add(1400*time.Millisecond), 0)
+	assert.Equal(t, float64(250)/recoverySpread.Seconds(), r.most, "the cap never falls")
+	r.spread(t0.Add(1400 * time.Millisecond))
+	assert.Equal(t, [len(r.sent)]int{}, r.sent, "no release in the past spread")
+}
+
+// A release timer that fires late still lets go what fell due meanwhile,
+// up to releaseSlack's worth.
+func TestSetRateLateTimer(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	lim := rate.NewLimiter(1, 1)
+	setRate(lim, t0, 3000)
+	assert.True(t, lim.AllowN(t0, 1))
+	late := t0.Add(5 * time.Millisecond)
+	n := 0
+	for lim.AllowN(late, 1) {
+		n++
+	}
+	assert.Equal(t, 15, n, "3,000/s over 5 ms")
+	assert.Equal(t, time.Duration(0), nextToken(lim, late.Add(time.Second/3000)))
+}
