@@ -32,14 +32,22 @@ func (r *retrier) replayable() *http.Request {
 	s, req := r.s, r.req
 	r.idempotent = s.idempotentIf(req)
 	switch {
-	case s.maxAttempts <= 1 || req.Body == nil || req.Body == http.NoBody:
+	case req.Body == nil || req.Body == http.NoBody:
+		// Nothing to replay.
+	case req.GetBody != nil && !snapshotGetBody(req.GetBody):
+		// A GetBody that may hand out one shared reader again: each
+		// attempt's body is tracked, even when the transport will not
+		// retry, because the caller may rewind that reader as soon as
+		// RoundTrip returns (an SDK that retries by itself calls GetBody
+		// then), and a failure handed back must not be read again (see
+		// endSent).
+		r.body = req.GetBody
+		r.tracked = true
+		return r.track(req, req.Body)
+	case s.maxAttempts <= 1:
 		// Nothing to replay.
 	case req.GetBody != nil:
 		r.body = req.GetBody
-		if !snapshotGetBody(req.GetBody) {
-			r.tracked = true
-			return r.track(req, req.Body)
-		}
 	case s.bodyBuffer > 0:
 		return r.bufferBody()
 	default:
@@ -136,7 +144,7 @@ type trackedRequest struct {
 // once the previous attempt can no longer read its own.
 func (r *retrier) nextRequest() Reason {
 	if r.sent != nil {
-		if err := r.sent.release(r.req.Context()); err != nil {
+		if err := r.sent.release(r.req.Context(), nil); err != nil {
 			return ReasonContextDone
 		}
 	}
@@ -171,12 +179,17 @@ type sentBody struct {
 	released bool          // the transport has moved on; guarded by mu
 	idle     chan struct{} // closed when the read in progress ends; guarded by mu
 	more     *sentBody     // bodies handed out through getBody; guarded by mu
+	// park, once released, makes reads wait until it ends before they
+	// fail (see endSent); nil: they fail at once. Guarded by mu.
+	park *parking
 }
 
 func (b *sentBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	if b.closed || b.released {
+		park := b.park
 		b.mu.Unlock()
+		park.wait()
 		return 0, errBodyReleased
 	}
 	b.reading = true
@@ -224,11 +237,15 @@ func (b *sentBody) getBody() (io.ReadCloser, error) {
 // release ends the body and every body handed out through its GetBody: it
 // waits for a read in progress (or for ctx to end), fails every later read,
 // and closes what the next RoundTripper has not closed, as net/http closes
-// a body before it rewinds it.
-func (b *sentBody) release(ctx context.Context) error {
+// a body before it rewinds it. With park set, a later read waits for it to
+// end before it fails. Once ctx has ended it waits for no read, but still
+// ends every body, and returns the context's error.
+func (b *sentBody) release(ctx context.Context, park *parking) error {
+	var ended error
 	for b != nil {
 		b.mu.Lock()
 		b.released = true
+		b.park = park
 		var idle chan struct{}
 		if b.reading {
 			idle = make(chan struct{})
@@ -236,21 +253,17 @@ func (b *sentBody) release(ctx context.Context) error {
 		}
 		more := b.more
 		b.mu.Unlock()
-		var err error
-		if idle != nil {
+		if idle != nil && ended == nil {
 			select {
 			case <-idle:
 			case <-ctx.Done():
-				err = ctx.Err()
+				ended = ctx.Err()
 			}
 		}
 		b.Close()
-		if err != nil {
-			return err
-		}
 		b = more
 	}
-	return nil
+	return ended
 }
 
 // readBounded reads a body whole if it holds at most drainLimit bytes and

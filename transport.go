@@ -500,6 +500,9 @@ func (r *retrier) finish(resp *http.Response, attemptErr error, reason Reason, c
 		r.resp = nil
 		return resp, nil
 	}
+	if r.sent != nil {
+		resp = r.endSent(resp)
+	}
 	r.t.stats.giveUps[reason].Add(1)
 	if r.didWait {
 		r.t.stats.waitedGaveUp.Add(1)

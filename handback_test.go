@@ -1,0 +1,180 @@
+package retryhttp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// watchedReader is a caller's shared body whose GetBody rewinds it, as
+// openai-go's does for a *bytes.Reader; it counts the reads made after the
+// test has marked the request as returned.
+type watchedReader struct {
+	r        *bytes.Reader
+	returned atomic.Bool
+	late     atomic.Int64 // reads after returned was set
+}
+
+func (w *watchedReader) Read(p []byte) (int, error) {
+	if w.returned.Load() {
+		w.late.Add(1)
+	}
+	return w.r.Read(p)
+}
+
+func (w *watchedReader) Close() error { return nil }
+
+func (w *watchedReader) getBody() (io.ReadCloser, error) {
+	_, err := w.r.Seek(0, io.SeekStart)
+	return w, err
+}
+
+// earlyNext answers before it has finished writing the request body, as
+// http.Transport does when a server answers an upload early: it reads one
+// chunk, then hands the rest of the write to a goroutine, and returns its
+// response or error at once. The goroutine waits for resume to be closed
+// (so that the write is still going when RoundTrip returns, however the
+// goroutines are scheduled), then reads until a read fails, and sends the
+// error on wrote.
+type earlyNext struct {
+	status int
+	err    error
+	resume chan struct{}
+	wrote  chan error
+}
+
+func newEarlyNext(status int, err error) *earlyNext {
+	return &earlyNext{status: status, err: err, resume: make(chan struct{}), wrote: make(chan error, 1)}
+}
+
+func (n *earlyNext) RoundTrip(req *http.Request) (*http.Response, error) {
+	buf := make([]byte, 1024)
+	if _, err := req.Body.Read(buf); err != nil {
+		return nil, err
+	}
+	go func() {
+		<-n.resume
+		for {
+			if _, err := req.Body.Read(buf); err != nil {
+				req.Body.Close()
+				n.wrote <- err
+				return
+			}
+		}
+	}()
+	if n.err != nil {
+		return nil, n.err
+	}
+	return newResponse(req, n.status, io.NopCloser(bytes.NewReader([]byte("error page")))), nil
+}
+
+// A failure that RoundTrip hands back while the next RoundTripper is still
+// writing the request body: the caller's body is never read after
+// RoundTrip returns, whether or not the transport retries; the write ends
+// with a read error once the response handed back has been read to its
+// end (so that an HTTP/1 connection is not closed under a body not yet
+// read), or at once when there is no response; the response body is
+// intact. A success is left alone: the write goes on reading.
+func TestHandBackFailureNotReadAgain(t *testing.T) {
+	cases := []struct {
+		name   string
+		method string
+		status int
+		err    error
+		opts   []Option
+		want   Reason // ReasonNone: a success
+	}{
+		{"503 with retries off", http.MethodPut, 503, nil, []Option{WithMaxAttempts(1)}, ReasonAttemptsUsed},
+		{"503 to a keyless POST", http.MethodPost, 503, nil, nil, ReasonNotIdempotent},
+		{"an error with retries off", http.MethodPut, 0, errReset(), []Option{WithMaxAttempts(1)}, ReasonAttemptsUsed},
+		{"a 200 is left alone", http.MethodPut, 200, nil, []Option{WithMaxAttempts(1)}, ReasonNone},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				body := &watchedReader{r: bytes.NewReader(bytes.Repeat([]byte("u"), 1<<20))}
+				next := newEarlyNext(c.status, c.err)
+				tr := New(next, append([]Option{WithBudget(nil), WithBreaker(nil)}, c.opts...)...)
+				req := newReq(t.Context(), c.method, body)
+				req.GetBody = body.getBody
+
+				resp, err := tr.RoundTrip(req)
+				body.returned.Store(true)
+				close(next.resume)
+				if c.want == ReasonNone {
+					require.NoError(t, err)
+					synctest.Wait()
+					assert.NotZero(t, body.late.Load(), "the write of a success goes on after RoundTrip returns")
+					assert.Equal(t, io.EOF, <-next.wrote, "and reads the body to its end")
+					resp.Body.Close()
+					return
+				}
+				// The caller rewinds its reader at once, as an SDK retrying
+				// by itself does; under -race, a write still reading the
+				// reader would be reported.
+				_, _ = body.getBody()
+				synctest.Wait()
+				if c.err != nil {
+					assert.Equal(t, c.want, asError(t, err).Reason)
+					assert.ErrorIs(t, <-next.wrote, errBodyReleased, "with no response, the write fails at once")
+				} else {
+					require.NoError(t, err)
+					assert.Equal(t, c.status, resp.StatusCode)
+					select {
+					case werr := <-next.wrote:
+						t.Fatalf("the write ended (%v) before the response handed back was read", werr)
+					default:
+					}
+					assert.Equal(t, "error page", readBody(t, resp), "the response handed back is intact")
+					assert.ErrorIs(t, <-next.wrote, errBodyReleased, "once it is read, the write fails")
+				}
+				assert.Zero(t, body.late.Load(), "the caller's body is not read after RoundTrip returns a failure")
+			})
+		})
+	}
+}
+
+// A response handed back while its write goes on, and never read: closing
+// it ends the write; so does the end of the request's context.
+func TestHandBackParkedWriteEnds(t *testing.T) {
+	for _, end := range []string{"close", "context"} {
+		t.Run(end, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				body := &watchedReader{r: bytes.NewReader(bytes.Repeat([]byte("u"), 1<<20))}
+				next := newEarlyNext(503, nil)
+				tr := New(next, WithBudget(nil), WithBreaker(nil), WithMaxAttempts(1))
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				req := newReq(ctx, http.MethodPut, body)
+				req.GetBody = body.getBody
+				resp, err := tr.RoundTrip(req)
+				require.NoError(t, err)
+				body.returned.Store(true)
+				close(next.resume)
+				synctest.Wait()
+				select {
+				case <-next.wrote:
+					t.Fatal("the write ended before the response was done with")
+				default:
+				}
+				if end == "close" {
+					resp.Body.Close()
+				} else {
+					cancel()
+				}
+				werr := <-next.wrote
+				assert.True(t, errors.Is(werr, errBodyReleased), "the write fails: %v", werr)
+				assert.Zero(t, body.late.Load(), "the caller's body is not read after RoundTrip returns")
+				resp.Body.Close()
+			})
+		})
+	}
+}
