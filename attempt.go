@@ -19,7 +19,7 @@ func (r *retrier) attempt() (*http.Response, error) {
 	}
 	if !r.hooks.any() {
 		r.queued = nil // the next RoundTripper closes its body
-		resp, err := r.sendWithTimeout(areq)
+		resp, err := r.sendTimed(areq)
 		r.resp = resp
 		return resp, err
 	}
@@ -28,7 +28,7 @@ func (r *retrier) attempt() (*http.Response, error) {
 	fire(r.hooks, (*Hooks).attemptStart, AttemptStartInfo{Request: r.req, Attempt: r.attempts})
 	r.queued = nil
 	start := time.Now()
-	resp, err := r.sendWithTimeout(areq)
+	resp, err := r.sendTimed(areq)
 	r.resp = resp
 	done := AttemptDoneInfo{Request: r.req, Attempt: r.attempts, Err: err, Duration: time.Since(start)}
 	if resp != nil {

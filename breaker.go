@@ -93,6 +93,21 @@ type BreakerConfig struct {
 	// idle are never evicted, so the table exceeds MaxHosts only by those.
 	// 0 means 65,536.
 	MaxHosts int
+	// SlowAfter is the least time an attempt must have waited for its
+	// response headers, when its caller's context ends, to count as a
+	// failure of its host: an attempt that was sent and got no answer
+	// before its caller gave up counts when it ran longer than SlowAfter
+	// and longer than twice the host's recent answers took (the slowest
+	// of them, followed as it comes down). A host that hangs (accepts
+	// connections and never answers) then trips its circuit under
+	// callers' deadlines, with no attempt timeout; a healthy host slower
+	// than a caller's deadline does not, as its answers have shown how
+	// long it takes. Only requests whose context can end are timed, so a
+	// host whose every answer went to callers without a deadline has no
+	// answer time, and SlowAfter alone decides. 0 means 1 s; a negative
+	// value turns the rule off (a caller giving up then tells the circuit
+	// nothing).
+	SlowAfter time.Duration
 	// OnStateChange, if set, is called with every change of a circuit's
 	// state: trips, half-openings, closings, holds and their ends, and what
 	// an operator does through Isolate and Reset. It runs on the goroutine
@@ -147,6 +162,9 @@ func NewBreaker(c BreakerConfig) *Breaker {
 	if c.Probes <= 0 {
 		c.Probes = defaultBreakerProbes
 	}
+	if c.SlowAfter == 0 {
+		c.SlowAfter = defaultSlowAfter
+	}
 	// Durations past a few decades mean "never"; bounding them keeps
 	// 2·Span and OpenFor+OpenJitter from overflowing.
 	c.Span = min(c.Span, maxBreakerDuration)
@@ -163,6 +181,7 @@ func NewBreaker(c BreakerConfig) *Breaker {
 		OpenJitter:   c.OpenJitter,
 		Probes:       c.Probes,
 		MaxKeys:      c.MaxHosts,
+		SlowAfter:    c.SlowAfter,
 	})}
 }
 

@@ -22,6 +22,11 @@ type Stats struct {
 	CircuitRejected   uint64 // attempts an open circuit refused, and sleeps it ended
 	LocalResponses    uint64 // requests answered with a local 503 (WithCircuitOpenResponse)
 	Held              uint64 // admissions a hold stopped: the request waited for its end, or was refused
+	// SlowAttempts counts the attempts that counted as failures of their
+	// key because their caller's context ended while they waited, longer
+	// than the key's slow-call threshold, for response headers that never
+	// came (BreakerConfig.SlowAfter).
+	SlowAttempts uint64
 	// Waits counts the waits of requests for their key to recover (where
 	// the budget, an open circuit or an isolated key would have refused
 	// them), WaitsReleased those the key let go, and WaitTime their
@@ -112,6 +117,7 @@ type stats struct {
 	circuitRejected atomic.Uint64
 	localResponses  atomic.Uint64
 	held            atomic.Uint64
+	slowAttempts    atomic.Uint64
 	waits           atomic.Uint64
 	waitsReleased   atomic.Uint64
 	waitNanos       atomic.Uint64
@@ -146,6 +152,7 @@ func (t *Transport) Stats() Stats {
 		CircuitRejected:   s.circuitRejected.Load(),
 		LocalResponses:    s.localResponses.Load(),
 		Held:              s.held.Load(),
+		SlowAttempts:      s.slowAttempts.Load(),
 		Waits:             s.waits.Load(),
 		WaitsReleased:     s.waitsReleased.Load(),
 		WaitTime:          time.Duration(s.waitNanos.Load()),

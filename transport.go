@@ -170,6 +170,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// whether a retry follows. Decide before draining: a request that
 		// stops hands back the last response untouched.
 		v := classify(req, resp, err, r.s.retryIf)
+		r.judgeTime(&v)
 		if v.success() {
 			r.record(v)
 			return r.finish(resp, nil, ReasonNone, nil)
@@ -258,6 +259,11 @@ type retrier struct {
 	// unreplayable: the body cannot be sent again (no GetBody and not
 	// buffered, or larger than the buffer).
 	unreplayable bool
+	// took is how long the latest attempt waited for its response headers
+	// or its error, and timing how that wait ended, when it was timed (see
+	// slowcall.go).
+	took   time.Duration
+	timing timing
 }
 
 // unwind runs when RoundTrip ends. After a return it finds nothing to do;

@@ -19,6 +19,8 @@
 // limit), queue.go (the one waiter queue they and the lane use), wait.go
 // (requests that wait for a key to recover, and their release),
 // recovery.go (the rate of that release), bucket.go (the token bucket
-// both timed releases share), calendar.go (RetryAt's spread),
+// both timed releases share), calendar.go (RetryAt's spread), latency.go
+// (the key's answer time, which guards a host against its callers'
+// deadlines),
 // view.go (one locked read of a lane) and transition.go.
 package perkey

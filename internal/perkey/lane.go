@@ -22,6 +22,7 @@ type Config struct {
 	OpenJitter   time.Duration // width of the random time added to OpenFor; <= 0: none
 	Probes       int           // probes a half-open circuit lets through at once
 	MaxKeys      int           // lanes held before idle ones leave; 0: DefaultMaxKeys
+	SlowAfter    time.Duration // the least wait that counts against the key when the caller gives up (latency.go); <= 0: none
 }
 
 // Set holds the lanes of one breaker, or of a transport without one, in a
@@ -111,6 +112,7 @@ type Lane struct {
 	failing atomic.Bool
 	succ    atomic.Int64 // successes during the failure period
 	prev    atomic.Int64 // previous delay drawn for this key
+	answer  atomic.Int64 // the key's answer time, in nanoseconds (latency.go)
 	// pace limits the key's send rate after it throttled; nil, with the
 	// paced bit clear, for a key that never did (or recovered since).
 	pace  atomic.Pointer[pacer]

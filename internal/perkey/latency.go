@@ -1,0 +1,46 @@
+package perkey
+
+import "time"
+
+// A key's answer time is the circuit's guard against blaming a host for
+// its callers' own deadlines. An attempt that was sent and got no answer
+// before its caller's context ended counts as a failure of the key only
+// when it ran longer than Config.SlowAfter and longer than twice the
+// key's answer time: a caller that gives up sooner than the host usually
+// answers says nothing against the host.
+//
+// The answer time follows the slowest of the key's recent answers: it
+// rises at once to any answer slower than itself (a host that has just
+// been that slow is not to be blamed for being that slow again), and
+// falls by an eighth at each answer under half of it, so that it comes
+// down, over a few dozen answers, to within twice what the host now
+// takes. Most answers change nothing, and only an answer that does is
+// written: the lane is shared by every request to the key, and a write
+// on every answer would make the cores take the line from each other.
+//
+// It is fed only by answers that were timed anyway (see the root
+// package's slowcall.go), and it is an estimate: two answers recorded at
+// once may lose one's update, which the next answer makes up for.
+
+// Answered records that an attempt to the key was answered after d.
+func (l *Lane) Answered(d time.Duration) {
+	a := l.answer.Load()
+	switch {
+	case int64(d) > a:
+		l.answer.Store(int64(d))
+	case int64(d) < a/2:
+		l.answer.Store(a - a/8)
+	}
+}
+
+// AnswerTime returns the key's answer time: 0 until an answer is timed.
+func (l *Lane) AnswerTime() time.Duration { return time.Duration(l.answer.Load()) }
+
+// Slow reports whether an attempt that waited d for an answer that never
+// came, until its caller's context ended, counts against the key: d is
+// longer than Config.SlowAfter, and longer than twice the key's answer
+// time. A SlowAfter of 0 or less: never.
+func (l *Lane) Slow(d time.Duration) bool {
+	floor := l.set.cfg.SlowAfter
+	return floor > 0 && d > floor && d > 2*l.AnswerTime()
+}

@@ -1,0 +1,227 @@
+package retryhttp
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// slowHost is a next RoundTripper in virtual time: it answers 200 after
+// latency, or never when hung, unless the attempt's context ends first; it
+// counts the attempts it received.
+type slowHost struct {
+	latency time.Duration
+	hung    atomic.Bool
+	calls   atomic.Int64
+}
+
+func (h *slowHost) RoundTrip(req *http.Request) (*http.Response, error) {
+	h.calls.Add(1)
+	var answer <-chan time.Time
+	if !h.hung.Load() {
+		t := time.NewTimer(h.latency)
+		defer t.Stop()
+		answer = t.C
+	}
+	select {
+	case <-answer:
+		return newResponse(req, http.StatusOK, http.NoBody), nil
+	case <-req.Context().Done():
+		return nil, req.Context().Err()
+	}
+}
+
+// burstOf sends workers x each GETs through tr, each worker one at a
+// time, each GET with its own deadline, and returns each GET's error.
+func burstOf(tr *Transport, workers, each int, deadline time.Duration) []error {
+	errs := make([]error, workers*each)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range each {
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				resp, err := tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
+				if err == nil {
+					resp.Body.Close()
+				}
+				errs[w*each+i] = err
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// opened records whether the breaker's circuits ever opened.
+func opened() (*atomic.Bool, BreakerConfig) {
+	var o atomic.Bool
+	return &o, BreakerConfig{OnStateChange: func(i CircuitChangeInfo) {
+		if i.To == StateOpen {
+			o.Store(true)
+		}
+	}}
+}
+
+// A host that accepts every request and never answers, under the
+// defaults, with callers' deadlines and no attempt timeout: the attempts
+// that waited out their callers' deadlines count against the host, its
+// circuit opens, and the GETs that come after wait without being sent;
+// at most half the GETs reach the host.
+func TestSlowCallHungHostTrips(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		host := &slowHost{}
+		host.hung.Store(true)
+		o, cfg := opened()
+		tr := New(host, WithBreaker(NewBreaker(cfg)))
+		errs := burstOf(tr, 20, 5, 2*time.Second)
+
+		for i, err := range errs {
+			e := asError(t, err)
+			assert.True(t, errors.Is(e, context.DeadlineExceeded) || errors.Is(e, ErrCircuitOpen), "GET %d ends with its deadline, or the open circuit it waited for until then: %v", i, e)
+		}
+		assert.True(t, o.Load(), "the circuit opens")
+		assert.LessOrEqual(t, host.calls.Load(), int64(len(errs)/2), "at most half the GETs are sent")
+		assert.NotZero(t, tr.Stats().SlowAttempts, "the attempts that waited out their deadlines are counted")
+		t.Logf("%d GETs, %d sent, %d counted slow", len(errs), host.calls.Load(), tr.Stats().SlowAttempts)
+	})
+}
+
+// The rule, off (SlowAfter < 0), leaves a hung host's circuit closed, as
+// a caller's context ending told it nothing before.
+func TestSlowCallOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		host := &slowHost{}
+		host.hung.Store(true)
+		o, cfg := opened()
+		cfg.SlowAfter = -1
+		tr := New(host, WithBreaker(NewBreaker(cfg)))
+		errs := burstOf(tr, 20, 5, 2*time.Second)
+		assert.False(t, o.Load(), "the circuit never opens")
+		assert.Equal(t, int64(len(errs)), host.calls.Load(), "every GET is sent")
+		assert.Zero(t, tr.Stats().SlowAttempts)
+	})
+}
+
+// Callers whose deadlines are shorter than a healthy host's normal
+// latency do not open its circuit: neither below the floor with no answer
+// timed yet (300 ms deadlines, a host that answers in 500 ms, nobody ever
+// served), nor above it, once the host's answers have shown how long it
+// takes (1.2 s deadlines, a host that answers in 1.5 s to the callers who
+// wait). The same callers do open the circuit of a host that hangs, even
+// one that was answering in 1.5 s: 2.5 s deadlines outlast twice its
+// answer time.
+func TestSlowCallShortDeadlineHealthyHost(t *testing.T) {
+	cases := []struct {
+		name     string
+		latency  time.Duration
+		warm     bool          // one caller that waits is served first
+		short    time.Duration // the deadline of most callers
+		patient  bool          // two callers of 10 s deadlines run beside them
+		hung     bool          // the host hangs after the warm-up
+		wantOpen bool
+	}{
+		{name: "below the floor, nothing served", latency: 500 * time.Millisecond, short: 300 * time.Millisecond},
+		{name: "above the floor, normal latency known", latency: 1500 * time.Millisecond, warm: true, short: 1200 * time.Millisecond, patient: true},
+		{name: "hung after answering in 1.5 s", latency: 1500 * time.Millisecond, warm: true, short: 3500 * time.Millisecond, hung: true, wantOpen: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				host := &slowHost{latency: c.latency}
+				o, cfg := opened()
+				br := NewBreaker(cfg)
+				tr := New(host, WithBreaker(br))
+				if c.warm {
+					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+					resp, err := tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
+					cancel()
+					require.NoError(t, err, "the warm-up GET is served")
+					resp.Body.Close()
+				}
+				host.hung.Store(c.hung)
+				var wg sync.WaitGroup
+				var served atomic.Int64
+				if c.patient {
+					for range 2 {
+						wg.Go(func() {
+							for _, err := range burstOf(tr, 1, 6, 10*time.Second) {
+								if err == nil {
+									served.Add(1)
+								}
+							}
+						})
+					}
+				}
+				errs := burstOf(tr, 20, 8, c.short)
+				wg.Wait()
+
+				for i, err := range errs {
+					if c.wantOpen {
+						// Those that waited for the open circuit until their
+						// deadline end with the refusal they waited out.
+						e := asError(t, err)
+						assert.True(t, errors.Is(e, context.DeadlineExceeded) || errors.Is(e, ErrCircuitOpen), "GET %d: %v", i, e)
+						continue
+					}
+					assert.ErrorIs(t, err, context.DeadlineExceeded, "GET %d ends with its deadline", i)
+				}
+				if c.patient {
+					assert.Equal(t, int64(12), served.Load(), "the callers who wait are served")
+				}
+				assert.Equal(t, c.wantOpen, o.Load(), "the circuit opens")
+				if !c.wantOpen {
+					assert.Zero(t, tr.Stats().SlowAttempts, "no attempt counts against the host")
+					assert.Equal(t, StateClosed, br.Host("http://example.test").State)
+				}
+			})
+		})
+	}
+}
+
+// A request whose context cannot end is never timed: with the rule on
+// and a host that never answers quickly, its success feeds no answer time
+// (so a later caller's 1.2 s deadline still counts against a host that
+// hangs).
+func TestSlowCallBackgroundNotTimed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		host := &slowHost{latency: 1500 * time.Millisecond}
+		br := NewBreaker(BreakerConfig{})
+		tr := New(host, WithBreaker(br))
+		resp, err := tr.RoundTrip(newReq(context.Background(), http.MethodGet, nil))
+		require.NoError(t, err)
+		resp.Body.Close()
+		l := br.set.Peek(tr.requestKey(newReq(context.Background(), http.MethodGet, nil)))
+		require.NotNil(t, l)
+		assert.Zero(t, l.AnswerTime(), "an untimed success feeds no answer time")
+
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		resp, err = tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, 1500*time.Millisecond, l.AnswerTime(), "a timed one does")
+	})
+}
+
+// The timed success path, a GET whose context has a deadline through a
+// transport with its defaults, allocates nothing.
+func TestSlowCallTimedSuccessAllocs(t *testing.T) {
+	tr := New(newOKNext())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://example.test/x", nil)
+	require.NoError(t, err)
+	assert.Zero(t, successAllocs(t, tr, req), "allocations per request")
+	l := tr.breaker.set.Peek(tr.requestKey(req))
+	require.NotNil(t, l)
+	assert.NotZero(t, l.AnswerTime(), "the successes were timed")
+}
