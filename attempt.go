@@ -19,7 +19,7 @@ func (r *retrier) attempt() (*http.Response, error) {
 	}
 	if !r.hooks.any() {
 		r.queued = nil // the next RoundTripper closes its body
-		resp, err := r.sendTimed(areq)
+		resp, err := r.bufferResponse(r.sendTimed(areq))
 		r.resp = resp
 		return resp, err
 	}
@@ -29,10 +29,17 @@ func (r *retrier) attempt() (*http.Response, error) {
 	r.queued = nil
 	start := time.Now()
 	resp, err := r.sendTimed(areq)
+	headers := time.Since(start)
+	resp, err = r.bufferResponse(resp, err)
 	r.resp = resp
-	done := AttemptDoneInfo{Request: r.req, Attempt: r.attempts, Err: err, Duration: time.Since(start)}
-	if resp != nil {
+	done := AttemptDoneInfo{Request: r.req, Attempt: r.attempts, Err: err, Duration: headers}
+	switch {
+	case resp != nil:
 		done.Status = resp.StatusCode
+	case err != nil:
+		// A body cut while it was buffered: the error came after the
+		// headers.
+		done.Duration = time.Since(start)
 	}
 	fire(r.hooks, (*Hooks).attemptDone, done)
 	return resp, err

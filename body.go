@@ -312,8 +312,9 @@ func closeRequestBody(req *http.Request) {
 	}
 }
 
-// prefixedBody is a request body made of the bytes already read from the
-// caller's body followed by the rest of it; Close closes the caller's body.
+// prefixedBody is a body made of the bytes already read from another body
+// (a caller's request body, a response body too large for the buffer)
+// followed by the rest of it; Close closes the other body.
 type prefixedBody struct {
 	io.Reader
 	io.Closer

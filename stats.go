@@ -27,6 +27,14 @@ type Stats struct {
 	// than the key's slow-call threshold, for response headers that never
 	// came (BreakerConfig.SlowAfter).
 	SlowAttempts uint64
+	// ResponsesBuffered counts the successful responses whose body
+	// WithResponseBuffer read whole before RoundTrip returned them;
+	// ResponsesCut the bodies it found cut mid-read (each one a failed
+	// attempt, retried or not); ResponsesTooLarge those larger than the
+	// buffer, handed back streaming.
+	ResponsesBuffered uint64
+	ResponsesCut      uint64
+	ResponsesTooLarge uint64
 	// Waits counts the waits of requests for their key to recover (where
 	// the budget, an open circuit or an isolated key would have refused
 	// them), WaitsReleased those the key let go, and WaitTime their
@@ -118,6 +126,9 @@ type stats struct {
 	localResponses  atomic.Uint64
 	held            atomic.Uint64
 	slowAttempts    atomic.Uint64
+	respBuffered    atomic.Uint64
+	respCut         atomic.Uint64
+	respTooLarge    atomic.Uint64
 	waits           atomic.Uint64
 	waitsReleased   atomic.Uint64
 	waitNanos       atomic.Uint64
@@ -153,6 +164,9 @@ func (t *Transport) Stats() Stats {
 		LocalResponses:    s.localResponses.Load(),
 		Held:              s.held.Load(),
 		SlowAttempts:      s.slowAttempts.Load(),
+		ResponsesBuffered: s.respBuffered.Load(),
+		ResponsesCut:      s.respCut.Load(),
+		ResponsesTooLarge: s.respTooLarge.Load(),
 		Waits:             s.waits.Load(),
 		WaitsReleased:     s.waitsReleased.Load(),
 		WaitTime:          time.Duration(s.waitNanos.Load()),

@@ -57,6 +57,7 @@ type settings struct {
 	maxInFlight      int           // attempts in flight per key; 0: no limit
 	refuseInFlight   bool          // refuse an attempt over maxInFlight rather than wait
 	maxWait          time.Duration // the longest a request waits, in all, for its key to recover; 0: refuse at once
+	responseBuffer   int64         // the largest successful response body read before RoundTrip returns; 0: none
 }
 
 // New returns a Transport that sends requests through next, or through
