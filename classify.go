@@ -118,8 +118,10 @@ func callerMistake(req *http.Request, err error) bool {
 
 // neverReached reports a transport error that proves the request never
 // reached the server: dialing (including the name lookup) failed, or the TLS
-// handshake did. Anything less certain, such as a reset that may have come
-// after the request was written, counts as reached.
+// handshake did; or that the server never processed it: an HTTP/2 server
+// refused its stream (see h2unsent.go). Anything less certain, such as a
+// reset that may have come after the request was written, counts as
+// reached.
 func neverReached(err error) bool {
 	var (
 		op     *net.OpError
@@ -135,7 +137,7 @@ func neverReached(err error) bool {
 		return true
 	}
 	// http.Transport's own handshake timeout is an unexported type.
-	return strings.Contains(err.Error(), "TLS handshake timeout")
+	return strings.Contains(err.Error(), "TLS handshake timeout") || h2Unprocessed(err)
 }
 
 // certificateError reports an error that a retry cannot mend: the server's
