@@ -33,14 +33,13 @@ type cutCase struct {
 	whole bool // the body arrives whole, after a retry; else it is cut
 }
 
-// cutCases are today's defaults (always), and the response buffer option
-// (only with RETRYHTTP_FAULTS=1: it fails until the library has the option).
+// cutCases are the defaults, which hand the 200 back at its headers, and
+// the response buffer, which reads the body first and retries the cut.
 func cutCases() []cutCase {
-	cs := []cutCase{{name: "retryhttp.New(nil) (defaults)"}}
-	if faultsGated() {
-		cs = append(cs, cutCase{name: "retryhttp.New(nil, responseBufferOption(2 MB))", opts: []retryhttp.Option{responseBufferOption(2 << 20)}, whole: true})
+	return []cutCase{
+		{name: "retryhttp.New(nil) (defaults)"},
+		{name: "retryhttp.New(nil, WithResponseBuffer(2 MiB))", opts: []retryhttp.Option{retryhttp.WithResponseBuffer(2 << 20)}, whole: true},
 	}
-	return cs
 }
 
 // testCutBody runs each cut case against its own host and proxy.
