@@ -17,9 +17,17 @@ func (r *retrier) attempt() (*http.Response, error) {
 	} else {
 		r.t.stats.retries.Add(1)
 	}
+	timed := r.timed() // for the slow-call rule (slowcall.go)
 	if !r.hooks.any() {
 		r.queued = nil // the next RoundTripper closes its body
-		resp, err := r.bufferResponse(r.sendTimed(areq))
+		var resp *http.Response
+		var err error
+		if timed {
+			resp, err = r.sendClocked(areq)
+		} else {
+			resp, err = r.sendWithTimeout(areq)
+		}
+		resp, err = r.bufferResponse(resp, err)
 		r.resp = resp
 		return resp, err
 	}
@@ -28,7 +36,13 @@ func (r *retrier) attempt() (*http.Response, error) {
 	fire(r.hooks, (*Hooks).attemptStart, AttemptStartInfo{Request: r.req, Attempt: r.attempts})
 	r.queued = nil
 	start := time.Now()
-	resp, err := r.sendTimed(areq)
+	var resp *http.Response
+	var err error
+	if timed {
+		resp, err = r.sendClocked(areq)
+	} else {
+		resp, err = r.sendWithTimeout(areq)
+	}
 	headers := time.Since(start)
 	resp, err = r.bufferResponse(resp, err)
 	r.resp = resp

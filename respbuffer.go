@@ -39,9 +39,17 @@ func WithResponseBuffer(maxBytes int64) RequestOption {
 // response, with its body in memory or handed back streaming; or, for a
 // body cut mid-read, no response and the error that cut it.
 func (r *retrier) bufferResponse(resp *http.Response, err error) (*http.Response, error) {
+	if r.s.responseBuffer <= 0 {
+		return resp, err // off: the one check on the success path, inlined
+	}
+	return r.readResponse(resp, err)
+}
+
+// readResponse is bufferResponse with the buffer on.
+func (r *retrier) readResponse(resp *http.Response, err error) (*http.Response, error) {
 	max := r.s.responseBuffer
 	switch {
-	case max <= 0 || err != nil || resp.StatusCode/100 != 2 || resp.Body == http.NoBody:
+	case err != nil || resp.StatusCode/100 != 2 || resp.Body == http.NoBody:
 		return resp, err
 	case !r.idempotent || r.unreplayable || r.s.maxAttempts <= 1:
 		// A cut could not be retried: buffering would only delay the

@@ -40,21 +40,23 @@ const defaultSlowAfter = time.Second
 // load of its key's answer time when it succeeds (a write only when the
 // answer time changes), with no lock, allocation or goroutine.
 
-// timed reports whether the attempts of the request are timed: it has a
-// breaker with the rule on, and its context can end or its attempts have
-// a timeout.
-func (r *retrier) timed() bool {
-	b := r.t.breaker
-	return b != nil && b.cfg.SlowAfter > 0 && r.lane != nil &&
-		(r.s.attemptTimeout > 0 || r.req.Context().Done() != nil)
+// timed reports whether the attempts of the request are timed: it goes
+// through a breaker with the rule on (settings.slowCalls, set by New, so
+// that the success path reads the settings it has at hand rather than
+// follow pointers to the breaker's configuration), and its context can end
+// or its attempts have a timeout. The context is asked last: its Done is
+// a call through an interface.
+func (r *retrier) timed() bool { return r.s.slowCalls && r.mayEnd() }
+
+// mayEnd reports whether the request's context can end, or its attempts
+// have a timeout, for a request that has its key's lane.
+func (r *retrier) mayEnd() bool {
+	return r.lane != nil && (r.s.attemptTimeout > 0 || r.req.Context().Done() != nil)
 }
 
-// sendTimed sends the attempt, timing it from the call to the response
-// headers or the error when the request is timed.
-func (r *retrier) sendTimed(areq *http.Request) (*http.Response, error) {
-	if !r.timed() {
-		return r.sendWithTimeout(areq)
-	}
+// sendClocked sends the attempt of a timed request, timing it from the
+// call to the response headers or the error.
+func (r *retrier) sendClocked(areq *http.Request) (*http.Response, error) {
 	start := time.Now()
 	resp, err := r.sendWithTimeout(areq)
 	r.took, r.timing = time.Since(start), unanswered
@@ -79,6 +81,12 @@ const (
 // after longer than its key's slow-call threshold, becomes a failure of
 // the key (still not retried: the caller has gone).
 func (r *retrier) judgeTime(v *verdict) {
+	if r.timing != untimed {
+		r.judgeTimed(v) // the untimed success path stops at the check, inlined
+	}
+}
+
+func (r *retrier) judgeTimed(v *verdict) {
 	timing := r.timing
 	r.timing = untimed
 	switch {

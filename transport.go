@@ -45,6 +45,7 @@ type Transport struct {
 type settings struct {
 	policy           Policy
 	stateful         bool // policy may use its prev argument: it needs per-host memory
+	slowCalls        bool // the breaker counts slow attempts: time them (slowcall.go)
 	maxAttempts      int
 	firstJitter      time.Duration
 	maxRetryAfter    time.Duration
@@ -91,6 +92,7 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 		}
 	}
 	t.s.stateful = stateful(t.s.policy)
+	t.s.slowCalls = t.breaker != nil && t.breaker.cfg.SlowAfter > 0
 	if t.fleet != nil {
 		t.fleet.attach(t.breaker, t.budget)
 	}
