@@ -64,7 +64,7 @@ func TestWaitProbeThenSlowStart(t *testing.T) {
 			require.Equal(t, queue[0], a.i, "the oldest waiter is the probe")
 			queue = append(queue[1:], a.i)
 			l.Done(a.tk, Outcome{Kind: Failure})
-			opens = append(opens, l.View(time.Now()).OpenUntil.Sub(time.Now()))
+			opens = append(opens, time.Until(l.View(time.Now()).OpenUntil))
 			go func() {
 				tk, _, err := l.Wait(t.Context(), Limits{Queue: true}, start.Add(time.Hour))
 				got <- admitted{i: a.i, tk: tk, err: err, at: time.Now()}
