@@ -8,7 +8,8 @@ import (
 )
 
 // attempt sends one attempt and normalises what next returned: exactly one
-// of the response and the error is non-nil.
+// of the response and the error is non-nil. With hooks, it reports the
+// attempt's start and end; then the attempt is timed for AttemptDone.
 func (r *retrier) attempt() (*http.Response, error) {
 	areq := r.queued
 	r.attempts++
@@ -17,45 +18,40 @@ func (r *retrier) attempt() (*http.Response, error) {
 	} else {
 		r.t.stats.retries.Add(1)
 	}
-	timed := r.timed() // for the slow-call rule (slowcall.go)
-	if !r.hooks.any() {
-		r.queued = nil // the next RoundTripper closes its body
-		var resp *http.Response
-		var err error
-		if timed {
-			resp, err = r.sendClocked(areq)
-		} else {
-			resp, err = r.sendWithTimeout(areq)
-		}
-		resp, err = r.bufferResponse(resp, err)
-		r.resp = resp
-		return resp, err
+	hooked := r.hooks.any()
+	var start time.Time
+	if hooked {
+		// Until it is sent (AttemptStart may panic) the body is the
+		// transport's to close.
+		fire(r.hooks, (*Hooks).attemptStart, AttemptStartInfo{Request: r.req, Attempt: r.attempts})
+		start = time.Now()
 	}
-	// Until it is sent (AttemptStart may panic) the body is the
-	// transport's to close.
-	fire(r.hooks, (*Hooks).attemptStart, AttemptStartInfo{Request: r.req, Attempt: r.attempts})
-	r.queued = nil
-	start := time.Now()
+	r.queued = nil // the next RoundTripper closes its body
 	var resp *http.Response
 	var err error
-	if timed {
+	if r.timed() { // for the slow-call rule (slowcall.go)
 		resp, err = r.sendClocked(areq)
 	} else {
 		resp, err = r.sendWithTimeout(areq)
 	}
-	headers := time.Since(start)
+	var headers time.Duration
+	if hooked {
+		headers = time.Since(start)
+	}
 	resp, err = r.bufferResponse(resp, err)
 	r.resp = resp
-	done := AttemptDoneInfo{Request: r.req, Attempt: r.attempts, Err: err, Duration: headers}
-	switch {
-	case resp != nil:
-		done.Status = resp.StatusCode
-	case err != nil:
-		// A body cut while it was buffered: the error came after the
-		// headers.
-		done.Duration = time.Since(start)
+	if hooked {
+		done := AttemptDoneInfo{Request: r.req, Attempt: r.attempts, Err: err, Duration: headers}
+		switch {
+		case resp != nil:
+			done.Status = resp.StatusCode
+		case err != nil:
+			// A body cut while it was buffered: the error came after the
+			// headers.
+			done.Duration = time.Since(start)
+		}
+		fire(r.hooks, (*Hooks).attemptDone, done)
 	}
-	fire(r.hooks, (*Hooks).attemptDone, done)
 	return resp, err
 }
 
