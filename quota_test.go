@@ -3,9 +3,7 @@ package retryhttp
 import (
 	"math"
 	"net/http"
-	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -249,59 +247,6 @@ func TestParseQuotas(t *testing.T) {
 	}
 }
 
-// TestParseQuotasStructuredFields checks the RFC 9651 syntax through the
-// fields that carry it: a bare item as an unknown parameter of a policy,
-// which must parse for the policy to be read, and list, dictionary and
-// inner-list syntax.
-func TestParseQuotasStructuredFields(t *testing.T) {
-	valid := []string{"1", "-1", "-0", "123456789012345", "1.5", "-1.5", "123456789012.123",
-		`"a"`, `""`, `"\\"`, `"\""`, `" ~"`, "tok", "*tok", "t:/x!#$%&'*+-.^_`|~", ":YWJj:", "::", ":YWI=:", ":YQ==:",
-		"?0", "?1", "@1659578233", "@-1", `%"caf%c3%a9"`, `%""`, `%"%f0%9f%98%80"`, `%"a%22b"`}
-	invalid := []string{"1234567890123456", "1.1234", "1.", "1234567890123.1", "1.2.3", "-", "-a", ".5",
-		`"a`, `"\a"`, "\"\x7f\"", "?2", "?", "@1.5", "@", "@x", `%"%C3%A9"`, `%"%c3"`, `%"%c3%28"`, `%"%ff"`,
-		`%"%e2%82"`, `%"a`, `%a`, `%"%g0"`, `%"%2"`, ":YWJj", ":YW=j:", ":Y:", ":YWJ===:", ":YW!j:", "&", "(", ""}
-	for _, item := range valid {
-		h := qtHeader("RateLimit-Policy", `"a";q=1;x=`+item)
-		require.Equal(t, 1, parseQuotas(h, qtNow, qtMax).n, "valid %q", item)
-	}
-	for _, item := range invalid {
-		h := qtHeader("RateLimit-Policy", `"a";q=1;x=`+item)
-		require.Equal(t, 0, parseQuotas(h, qtNow, qtMax).n, "invalid %q", item)
-	}
-	for _, c := range []struct {
-		field, value string
-		n            int
-	}{
-		{"RateLimit-Policy", `"a";q=1 , "b";q=2`, 2},
-		{"RateLimit-Policy", "\"a\";q=1,\t\"b\";q=2", 2},
-		{"RateLimit-Policy", `"a";q=1; x=1`, 1},
-		{"RateLimit-Policy", `"a";q=1,,"b";q=2`, 0},
-		{"RateLimit-Policy", `,"a";q=1`, 0},
-		{"RateLimit-Policy", `"a" ;q=1`, 0},
-		{"RateLimit-Policy", `"a";q=1 "b"`, 0},
-		{"RateLimit-Policy", `"a";q=1;`, 0},
-		{"RateLimit-Policy", `"a";q=1;x-=2`, 1},
-		{"RateLimit-Policy", `"a";q=1;9x=2`, 0},
-		{"RateLimit", "limit=10, reset=7, x=(1 \"a\" tok);p=1", 1},
-		{"RateLimit", "limit=10, reset=7, x=();p", 1},
-		{"RateLimit", "limit=10, reset=7, x=( 1  2 )", 1},
-		{"RateLimit", "limit=10,reset=7,x", 1},
-		{"RateLimit", "limit=10, reset=7, x=(1 2", 0},
-		{"RateLimit", "limit=10, reset=7, x=(1,2)", 0},
-		{"RateLimit", "limit=10, reset=7, x=(1 2)3", 0},
-		{"RateLimit", "limit=(10), reset=7", 0},
-		{"RateLimit", "limit=10, reset=7, X=1", 0},
-		{"RateLimit", "limit=10, reset=7, limit=?1", 0},
-		{"RateLimit", "limit=?1, reset=7, limit=10", 1},
-		{"RateLimit-Limit", "10;w=1.5", 0},
-		{"RateLimit-Limit", "10, (1 2)", 0},
-		{"RateLimit-Limit", `10, "x"`, 0},
-		{"RateLimit-Limit", "10;w=1, 20;w=2,", 0},
-	} {
-		require.Equal(t, c.n, parseQuotas(qtHeader(c.field, c.value), qtNow, qtMax).n, "%s: %s", c.field, c.value)
-	}
-}
-
 // qtList returns the quotas qs holds, nil for none.
 func qtList(qs quotas) []quota {
 	if qs.n == 0 {
@@ -506,72 +451,5 @@ func BenchmarkParseQuotas(b *testing.B) {
 			}
 		}
 		require.Zero(b, found)
-	})
-}
-
-// qtMaxAllocs bounds what parseQuotas may allocate for any header: one
-// join for each of the two Structured Fields when they repeat, the errors
-// of http.ParseTime for an invalid Date (9 in Go 1.26, read once), and those
-// of time.Parse for an invalid RFC 3339 reset; 24 leaves room for the
-// standard library to change without hiding a per-header allocation.
-const qtMaxAllocs = 24
-
-// FuzzQuotas feeds parseQuotas arbitrary header names and values (one per
-// line of names and values), any clock and any clamp.
-func FuzzQuotas(f *testing.F) {
-	date := qtNow.Format(http.TimeFormat)
-	for _, seed := range []struct{ names, values string }{
-		{"RateLimit-Policy\nRateLimit", `"burst";q=100;w=60, "daily";q=1000;w=86400` + "\n" + `"burst";r=50;t=30;pk=:YWJj:`},
-		{"RateLimit\nRateLimit-Policy", "limit=100, remaining=50, reset=5\n100;w=60, 10;w=1"},
-		{"RateLimit-Limit\nRateLimit-Remaining\nRateLimit-Reset\nRateLimit-Observed", "10, 10;window=1\n0\n1772600787\n6"},
-		{"Date\nX-RateLimit-Limit\nX-RateLimit-Remaining\nX-RateLimit-Reset\nX-RateLimit-Resource", date + "\n5000\n0\n1772600787\ncore"},
-		{"x-rate-limit-remaining\nx-rate-limit-reset\nX-RateLimit-Reset-After", "0\n99999999999999999999\n1.5"},
-		{"x-ratelimit-limit-requests\nx-ratelimit-remaining-requests\nx-ratelimit-reset-requests", "60\n0\n2m59.56s"},
-		{"anthropic-ratelimit-requests-remaining\nanthropic-ratelimit-requests-reset", "0\n2026-03-04T05:06:08Z"},
-		{"X-Shopify-Shop-Api-Call-Limit\nx-ms-ratelimit-remaining-tenant-reads", "39/40\n-1"},
-		{"RateLimit\nRateLimit", `"a";r=1;d=%"%c3%a9";e=@-5;f=(1 "x");g=?0` + "\n" + `b;r=2`},
-	} {
-		f.Add(seed.names, seed.values, qtNow.Unix(), int64(qtMax))
-	}
-	f.Fuzz(func(t *testing.T, names, values string, nowSec, maxReset int64) {
-		h := http.Header{}
-		vs := strings.Split(values, "\n")
-		for i, name := range strings.Split(names, "\n") {
-			if name == "" {
-				continue
-			}
-			v := ""
-			if i < len(vs) {
-				v = vs[i]
-			}
-			h[name] = append(h[name], v)
-		}
-		now := time.Unix(nowSec%(1<<40), 0)
-		max := time.Duration(maxReset)
-		var qs quotas
-		allocs := testing.AllocsPerRun(1, func() { qs = parseQuotas(h, now, max) })
-		qtCheck(t, qs, max)
-		require.LessOrEqual(t, allocs, float64(qtMaxAllocs))
-		// The same header reads the same every time.
-		require.Equal(t, qs, parseQuotas(h, now, max))
-		// A malformed Structured Field is ignored whole: RateLimit or
-		// RateLimit-Policy ending in a byte that no RFC 9651 syntax allows
-		// reads as if it were absent.
-		for _, field := range []string{"ratelimit", "ratelimit-policy"} {
-			broken, absent, found := http.Header{}, http.Header{}, false
-			for k, v := range h {
-				if !strings.EqualFold(k, field) {
-					broken[k], absent[k] = v, v
-					continue
-				}
-				found = true
-				v = slices.Clone(v)
-				v[len(v)-1] += "\x01"
-				broken[k] = v
-			}
-			if found {
-				require.Equal(t, parseQuotas(absent, now, max), parseQuotas(broken, now, max), field)
-			}
-		}
 	})
 }
