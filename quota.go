@@ -129,8 +129,9 @@ func (qs quotas) exhausted() (reset time.Duration, partition string, ok bool) {
 }
 
 // rate returns the tightest rate the policies sustain: the least, over
-// the policies, of limit/window and of remaining/reset (for a refilling
-// bucket, (limit-remaining)/reset, the rate it refills at). burst is the
+// the policies, of limit/window, or, for a policy whose window is not
+// known, of remaining/reset (for a refilling bucket,
+// (limit-remaining)/reset, the rate it refills at). burst is the
 // least remaining among the policies, at least 1 (1 when none is known):
 // the server's own count, which exhausted() then enforces, bounds what a
 // burst spends. ok is false when no policy gives a rate, or when the clamp
@@ -146,9 +147,8 @@ func (qs quotas) exhausted() (reset time.Duration, partition string, ok bool) {
 // A long window counts as much as a short one: "daily";q=1000;w=86400
 // paces the key at one request every 86 s (raised to one per clamp), the
 // rate at which the day's quota never runs out, however few requests the
-// key has left to send. The draft calls w informative (its FAQ), and
-// remaining/reset alone describe the current window; a caller that would
-// rather spend a long window's quota in bursts reads the list itself.
+// key has left to send; the burst spends what is left at once, so a batch
+// smaller than it is not paced at all.
 func (qs quotas) rate() (perSecond float64, burst int, ok bool) {
 	if qs.clamp <= 0 {
 		return 0, 0, false
@@ -156,10 +156,15 @@ func (qs quotas) rate() (perSecond float64, burst int, ok bool) {
 	perSecond = math.Inf(1)
 	counted := false // a policy has told its remaining
 	for _, q := range qs.list[:qs.n] {
-		if q.limit > 0 && q.window > 0 {
-			perSecond = min(perSecond, float64(q.limit)/q.window.Seconds())
-		}
 		switch {
+		case q.limit > 0 && q.window > 0:
+			// The window's own rate. Its remaining over its reset would
+			// say the same of a window spent evenly, but the reset comes
+			// in whole seconds (delta-seconds, or epoch seconds against a
+			// Date to the second): a 1 s window half spent reads as 50
+			// left in 1 s, not in half a second, and pacing by it would
+			// send half the quota.
+			perSecond = min(perSecond, float64(q.limit)/q.window.Seconds())
 		case q.asked <= 0:
 		case q.refill && q.remaining >= 0 && q.limit > q.remaining:
 			perSecond = min(perSecond, float64(q.limit-q.remaining)/q.asked.Seconds())

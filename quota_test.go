@@ -341,8 +341,10 @@ func TestQuotasRate(t *testing.T) {
 		{"none", list(), 0, 0, false},
 		{"quota_per_window", list(qtQ(100, 50*qtS, -1, -1)), 2, 1, true},
 		{"remaining_per_reset", list(qtQ(-1, 0, 50, 25*qtS)), 2, 50, true},
-		{"least_of_both", list(qtQ(100, 10*qtS, 50, 25*qtS)), 2, 50, true},
-		{"least_of_policies", list(qtQ(100, 10*qtS, 90, -1), qtQ(1000, 100*qtS, 40, 20*qtS)), 2, 40, true},
+		// With its window known, a policy's rate is its quota over its
+		// window: the remaining over a reset in whole seconds reads low.
+		{"window_over_remaining", list(qtQ(100, 10*qtS, 50, 25*qtS)), 10, 50, true},
+		{"least_of_policies", list(qtQ(100, 10*qtS, 90, -1), qtQ(-1, 0, 40, 20*qtS)), 2, 40, true},
 		// The reset before the clamp: 4,000 left for 3,000 s is 4/3 a second.
 		{"clamped_reset_uses_asked", list(qtQ(5000, 0, 4000, 3000*qtS)), 4.0 / 3, 4000, true},
 		{"floor_one_per_clamp", list(qtQ(1, 86400*qtS, 1, time.Hour)), floor, 1, true},

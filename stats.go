@@ -22,6 +22,14 @@ type Stats struct {
 	CircuitRejected   uint64 // attempts an open circuit refused, and sleeps it ended
 	LocalResponses    uint64 // requests answered with a local 503 (WithCircuitOpenResponse)
 	Held              uint64 // admissions a hold stopped: the request waited for its end, or was refused
+	// Quotas counts the responses whose advertised quota (rate-limit
+	// headers) the transport applied, and QuotaHeld those of them with a
+	// policy exhausted, which held the key until its reset. Paced counts
+	// the attempts that waited for their key's send rate: the quota's, or
+	// the adaptive rate's after a throttle.
+	Quotas    uint64
+	QuotaHeld uint64
+	Paced     uint64
 	// Waits counts the waits of requests for their key to recover (where
 	// the budget, an open circuit or an isolated key would have refused
 	// them), WaitsReleased those the key let go, and WaitTime their
@@ -112,6 +120,9 @@ type stats struct {
 	circuitRejected atomic.Uint64
 	localResponses  atomic.Uint64
 	held            atomic.Uint64
+	quotas          atomic.Uint64
+	quotaHeld       atomic.Uint64
+	paced           atomic.Uint64
 	waits           atomic.Uint64
 	waitsReleased   atomic.Uint64
 	waitNanos       atomic.Uint64
@@ -146,6 +157,9 @@ func (t *Transport) Stats() Stats {
 		CircuitRejected:   s.circuitRejected.Load(),
 		LocalResponses:    s.localResponses.Load(),
 		Held:              s.held.Load(),
+		Quotas:            s.quotas.Load(),
+		QuotaHeld:         s.quotaHeld.Load(),
+		Paced:             s.paced.Load(),
 		Waits:             s.waits.Load(),
 		WaitsReleased:     s.waitsReleased.Load(),
 		WaitTime:          time.Duration(s.waitNanos.Load()),
@@ -194,10 +208,11 @@ type stripedCounter struct {
 	}
 }
 
-func (c *stripedCounter) add() {
+// add counts one, and returns its stripe's count so far.
+func (c *stripedCounter) add() uint64 {
 	var anchor byte
 	i := uintptr(unsafe.Pointer(&anchor)) >> 11
-	c.stripes[i%counterStripes].n.Add(1)
+	return c.stripes[i%counterStripes].n.Add(1)
 }
 
 func (c *stripedCounter) load() uint64 {
