@@ -41,6 +41,12 @@ type quotas struct {
 	// a key slower than one request per clamp, as no header may park a
 	// request for longer than the clamp.
 	clamp time.Duration
+	// server is the response's own clock (its Date, or now without one):
+	// server plus a quota's asked reset is when its window ends on the
+	// server's clock, the same instant in every response of the window
+	// when the reset is an epoch, which is how a window that is not
+	// advertised is learned (see learnWindows).
+	server time.Time
 }
 
 // parseQuotas reads the quotas that h advertises, measured from now (or
@@ -82,6 +88,7 @@ func readQuotas(h http.Header, now time.Time, maxReset time.Duration) quotas {
 		r.readXRateLimit()
 	}
 	r.readVendors()
+	r.qs.server = r.serverTime()
 	return r.qs
 }
 

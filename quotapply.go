@@ -50,6 +50,8 @@ func (r *retrier) applyQuota(resp *http.Response) {
 	if qs.n == 0 {
 		return
 	}
+	l := r.laneOf()
+	learnWindows(&qs, l.Advertised())
 	a := perkey.Advert{At: now, N: qs.n}
 	if rate, burst, ok := qs.rate(); ok {
 		a.Rate, a.Left = quotaShare*rate, burst
@@ -58,6 +60,7 @@ func (r *retrier) applyQuota(resp *http.Response) {
 		p := perkey.Policy{Partition: q.partition, Limit: q.limit, Window: q.window, Remaining: q.remaining}
 		if q.reset >= 0 {
 			p.Reset = now.Add(q.reset)
+			p.ServerReset = qs.server.Add(q.asked)
 			if a.For == 0 || q.reset < a.For {
 				a.For = q.reset
 			}
@@ -69,11 +72,40 @@ func (r *retrier) applyQuota(resp *http.Response) {
 		r.t.stats.quotaHeld.Add(1)
 	}
 	r.t.stats.quotas.Add(1)
-	l := r.laneOf()
 	r.report(l.Advertise(a))
 	if r.hooks.any() {
 		v := l.View(now)
 		fire(r.hooks, (*Hooks).quota, QuotaInfo{Request: r.req, Key: r.keyOf().String(), Quotas: quotasOf(a), Rate: v.Rate, HeldUntil: a.HoldUntil})
+	}
+}
+
+// learnWindows fills in the window of a policy that does not advertise
+// one (X-RateLimit-Limit, -Remaining and -Reset say nothing of it) from
+// the key's previous answer: a window that has ended moves the reset, on
+// the server's clock, by the window's length; the shortest move seen is
+// kept. Without it the policy's rate would be its remaining over its
+// reset, which a reset in whole seconds reads far too low, and a sliding
+// window (go-chi/httprate) lower still.
+func learnWindows(qs *quotas, prev perkey.Advert) {
+	for i := range qs.list[:qs.n] {
+		q := &qs.list[i]
+		if q.window > 0 || q.limit <= 0 || q.asked < 0 {
+			continue
+		}
+		at := qs.server.Add(q.asked)
+		for _, p := range prev.Policies[:prev.N] {
+			if p.Partition != q.partition || p.Limit != q.limit || p.ServerReset.IsZero() {
+				continue
+			}
+			moved := at.Sub(p.ServerReset)
+			switch {
+			case moved >= time.Second && (p.Window == 0 || moved < p.Window):
+				q.window = moved
+			case p.Window > 0:
+				q.window = p.Window
+			}
+			break
+		}
 	}
 }
 
@@ -98,7 +130,7 @@ func quotasOf(a perkey.Advert) []Quota {
 	}
 	out := make([]Quota, a.N)
 	for i, p := range a.Policies[:a.N] {
-		out[i] = Quota(p)
+		out[i] = Quota{Partition: p.Partition, Limit: p.Limit, Window: p.Window, Remaining: p.Remaining, Reset: p.Reset}
 	}
 	return out
 }

@@ -2,6 +2,7 @@ package retryhttp
 
 import (
 	"net/http"
+	"strconv"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -158,4 +159,43 @@ func TestQuotaSampled(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 10, sampled, "one in quotaSample, on this goroutine's stripe")
+}
+
+// A window the server does not advertise (X-RateLimit-* say nothing of it)
+// is learned from how far its reset moves, on the server's clock, when a
+// window ends; the key is then paced at the window's rate, not at its
+// remaining over a reset in whole seconds.
+func TestQuotaLearnsWindow(t *testing.T) {
+	at := func(date time.Time, remaining string) http.Header {
+		return http.Header{
+			"Date":                  {date.UTC().Format(http.TimeFormat)},
+			"X-Ratelimit-Limit":     {"500"},
+			"X-Ratelimit-Remaining": {remaining},
+			"X-Ratelimit-Reset":     {strconv.FormatInt(date.Truncate(time.Second).Add(time.Second).Unix(), 10)},
+		}
+	}
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		b := NewBreaker(BreakerConfig{})
+		tr := New(newNext(reply{status: 200, header: at(start, "400")}, reply{status: 200, header: at(start.Add(time.Second), "450")}),
+			WithBreaker(b))
+		key := keyOf(mustParse(t, testURL)).String()
+		send := func() {
+			resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+			require.NoError(t, err)
+			readBody(t, resp)
+		}
+		send()
+		h := b.Host(key)
+		require.Len(t, h.Quotas, 1)
+		assert.Zero(t, h.Quotas[0].Window, "not advertised, not learned yet")
+		assert.InDelta(t, quotaShare*400, h.Rate, 1e-9, "its remaining over its reset")
+
+		time.Sleep(time.Second)
+		send()
+		h = b.Host(key)
+		require.Len(t, h.Quotas, 1)
+		assert.Equal(t, time.Second, h.Quotas[0].Window, "learned: the reset moved by a second")
+		assert.InDelta(t, quotaShare*500, h.Rate, 1e-9, "the window's rate")
+	})
 }

@@ -14,6 +14,11 @@ type Policy struct {
 	Window    time.Duration // 0 unknown
 	Remaining int64         // requests left in the window; -1 unknown
 	Reset     time.Time     // when the window resets; the zero time unknown
+	// ServerReset is when the window resets on the server's clock: the
+	// same instant in every answer of one window, when the server sends
+	// its reset as a Unix time. Window, when the server does not say it,
+	// is learned from how far it moves when a window ends.
+	ServerReset time.Time
 }
 
 // MaxPolicies bounds the policies an Advert carries.
@@ -69,6 +74,13 @@ func (l *Lane) Advertise(a Advert) Transitions {
 		p.advertise(a.At, a.Rate, left, a.At.Add(a.For+quotaHold))
 	}
 	return trs
+}
+
+// Advertised returns the latest quota the key advertised.
+func (l *Lane) Advertised() Advert {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.adv
 }
 
 // Advertises reports whether a response of the key has advertised a
