@@ -88,7 +88,13 @@ func readQuotas(h http.Header, now time.Time, maxReset time.Duration) quotas {
 		r.readXRateLimit()
 	}
 	r.readVendors()
-	r.qs.server = r.serverTime()
+	for _, q := range r.qs.list[:r.qs.n] {
+		if q.window == 0 && q.limit > 0 {
+			// learnWindows needs the server's clock.
+			r.qs.server = r.serverTime()
+			break
+		}
+	}
 	return r.qs
 }
 

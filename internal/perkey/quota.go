@@ -1,7 +1,6 @@
 package perkey
 
 import (
-	"math"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -61,7 +60,8 @@ func (l *Lane) Advertise(a Advert) Transitions {
 	if !a.HoldUntil.IsZero() && a.HoldUntil.After(a.At) {
 		trs = l.Hold(a.HoldUntil)
 	}
-	if a.Rate > 0 && !math.IsInf(a.Rate, 0) {
+	if a.Rate > 0 && a.Rate < unpaceAt {
+		// A rate past unpaceAt limits nothing a pacer would.
 		left := max(a.Left, 1)
 		p := l.pacerOf(a.At, func() *pacer {
 			// Generation 1: a throttle of an attempt sent before the
