@@ -92,14 +92,14 @@ type WaitInfo struct {
 	// already waiting for its key (its retry asked no token), or for its
 	// turn while the key takes back its load after recovering.
 	Cause    Reason
-	Waited   time.Duration
-	Released bool // the key let it go; false: the wait ran out, or its context ended
+	Waited   time.Duration // how long it waited
+	Released bool          // the key let it go; false: the wait ran out, or its context ended
 }
 
 // CircuitChangeInfo describes a change of a host's circuit.
 type CircuitChangeInfo struct {
 	Key      string // the circuit's key: scheme://host[:port], or what WithKey computes
-	From, To State
+	From, To State  // the circuit's state before and after the change
 	// Until is when an open circuit may let a probe through, for a change
 	// to StateOpen; the zero time otherwise.
 	Until time.Time
