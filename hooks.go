@@ -96,8 +96,8 @@ type WaitInfo struct {
 	// already waiting for its key (its retry asked no token), or for its
 	// turn while the key takes back its load after recovering.
 	Cause    Reason
-	Waited   time.Duration
-	Released bool // the key let it go; false: the wait ran out, or its context ended
+	Waited   time.Duration // how long it waited
+	Released bool          // the key let it go; false: the wait ran out, or its context ended
 }
 
 // QuotaInfo describes the quota a response advertised, and what the
@@ -117,7 +117,7 @@ type QuotaInfo struct {
 // CircuitChangeInfo describes a change of a host's circuit.
 type CircuitChangeInfo struct {
 	Key      string // the circuit's key: scheme://host[:port], or what WithKey computes
-	From, To State
+	From, To State  // the circuit's state before and after the change
 	// Until is when an open circuit may let a probe through, for a change
 	// to StateOpen; the zero time otherwise.
 	Until time.Time

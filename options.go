@@ -16,8 +16,9 @@ import (
 // Every option follows one rule for its argument. Zero (0 or nil) turns
 // off what can be off: retries (WithMaxAttempts(0) sends each request
 // once), the budget, the breaker, hooks, first-attempt jitter, waits asked
-// for by Retry-After, the Retry-After spread, the body buffer and the
-// attempt timeout. For a choice that cannot be off (the policy, the retry
+// for by Retry-After, the Retry-After spread, the body buffer, the attempt
+// timeout and the wait for a key to recover (WithMaxWait(0) refuses at
+// once). For a choice that cannot be off (the policy, the retry
 // and idempotency tests, the key) zero restores the default. A negative
 // number or duration has no meaning, and the option panics, naming itself.
 type Option interface {

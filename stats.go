@@ -37,10 +37,10 @@ type Stats struct {
 	// that waited at least once, by how they ended: with a success, or
 	// giving up.
 	Waits           uint64
-	WaitsReleased   uint64
-	WaitTime        time.Duration
-	WaitedDelivered uint64
-	WaitedGaveUp    uint64
+	WaitsReleased   uint64            // waits the key let go
+	WaitTime        time.Duration     // the waits' total length
+	WaitedDelivered uint64            // requests that waited and succeeded
+	WaitedGaveUp    uint64            // requests that waited and gave up
 	GiveUps         map[Reason]uint64 // requests that stopped on a failure, by reason; only reasons seen
 	// Delays holds the histogram of the delays drawn for each scheduled
 	// retry (a wait that the context or an opening circuit cuts short still
