@@ -23,6 +23,9 @@ func (r *retrier) admit() error {
 	if err != nil || trs.Any() {
 		return r.admitSlow(trs, err)
 	}
+	if tk.Paced() {
+		r.t.stats.paced.Add(1)
+	}
 	return nil
 }
 
@@ -45,7 +48,15 @@ func (r *retrier) admitSlow(trs perkey.Transitions, err error) error {
 		switch e := err.(type) {
 		case *perkey.HeldError:
 			r.t.stats.held.Add(1)
-			wait := time.Until(e.Until) + perkey.Uniform(0, r.s.retryAfterSpread)
+			// The held requests return spread over the Retry-After
+			// spread, unless the key is paced at the quota it
+			// advertises: its pacer then lets them go one after another
+			// at that rate, which a spread on top would only slow.
+			spread := r.s.retryAfterSpread
+			if r.lane.Paced() && r.lane.Advertises() {
+				spread = 0
+			}
+			wait := time.Until(e.Until) + perkey.Uniform(0, spread)
 			dl, hasDeadline := r.req.Context().Deadline()
 			if held+wait > r.s.maxRetryAfter+r.s.retryAfterSpread || hasDeadline && !time.Now().Add(wait).Before(dl) {
 				return &heldError{until: e.Until}

@@ -14,7 +14,7 @@ func (r *retrier) attempt() (*http.Response, error) {
 	areq := r.queued
 	r.attempts++
 	if r.attempts == 1 {
-		r.t.stats.first.add()
+		r.sampled = r.t.stats.first.add()%quotaSample == 1
 	} else {
 		r.t.stats.retries.Add(1)
 	}

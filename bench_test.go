@@ -123,3 +123,48 @@ func BenchmarkRoundTripParallel(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRoundTripQuota is the GET success path of the defaults with a
+// typical response's eight headers: without rate-limit headers (a key that
+// never advertised a quota, whose responses are read for one once in
+// quotaSample), and with the IETF or the X-RateLimit fields of a quota far
+// from exhausted (a key whose every response is read, and whose attempts
+// go through its pacer).
+func BenchmarkRoundTripQuota(b *testing.B) {
+	typical := http.Header{
+		"Content-Type": {"application/json"}, "Content-Length": {"2"}, "Date": {"Tue, 01 Dec 2026 20:00:00 GMT"},
+		"Server": {"nginx"}, "Cache-Control": {"no-store"}, "Vary": {"Accept-Encoding"},
+		"X-Request-Id": {"7f3c2a"}, "Strict-Transport-Security": {"max-age=63072000"},
+	}
+	with := func(kv ...string) http.Header {
+		h := typical.Clone()
+		for i := 0; i+1 < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		return h
+	}
+	for _, c := range []struct {
+		name string
+		h    http.Header
+	}{
+		{"none", typical},
+		{"ietf", with("RateLimit-Policy", `"p";q=100000000;w=1`, "RateLimit", `"p";r=99999999;t=1`)},
+		{"x-ratelimit", with("X-RateLimit-Limit", "100000000", "X-RateLimit-Remaining", "99999999", "X-RateLimit-Reset", "1")},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			next := &okNext{resp: &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Header: c.h}}
+			tr := New(next)
+			req, err := http.NewRequest(http.MethodGet, "http://example.test/x", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				resp, err := tr.RoundTrip(req)
+				if err != nil || resp.StatusCode != http.StatusOK {
+					b.Fatal(resp, err)
+				}
+			}
+		})
+	}
+}

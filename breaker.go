@@ -109,8 +109,9 @@ type BreakerConfig struct {
 	// nothing).
 	SlowAfter time.Duration
 	// OnStateChange, if set, is called with every change of a circuit's
-	// state: trips, half-openings, closings, holds and their ends, and what
-	// an operator does through Isolate and Reset. It runs on the goroutine
+	// state: trips, half-openings, closings, and what an operator does
+	// through Isolate and Reset (a hold is not a change of state: see
+	// HostState.HeldUntil). It runs on the goroutine
 	// that made the change, after the breaker's locks are released, once
 	// for the Breaker however many transports share it (Hooks.CircuitChange
 	// is called only for the transport whose request made the change).

@@ -12,9 +12,11 @@ import (
 )
 
 // ErrBudgetExhausted is the reason reported when the retry budget has no
-// token for a retry. The caller still gets the last real response; an Error
-// wraps ErrBudgetExhausted only beside a transport error, never instead of
-// one.
+// token for a retry (and the request's wait for its key, if it may wait,
+// ended unanswered). The caller still gets the last real response when it
+// has one to give; an Error wraps ErrBudgetExhausted beside the last
+// attempt's transport error, or alone when the response could not be kept
+// while the request waited (see WithMaxWait).
 var ErrBudgetExhausted = errors.New("retryhttp: retry budget exhausted")
 
 // Budget defaults.
@@ -61,8 +63,9 @@ type BudgetConfig struct {
 
 // Budget is a token-bucket retry budget. Every original request deposits
 // Ratio tokens, a floor refills MinPerSecond, and every retry withdraws one
-// token; a retry that finds no token is not made, and the caller gets the
-// last response at once, without sleeping. A Budget may be shared between
+// token; a retry that finds no token is not made: the request waits for its
+// key to recover, as WithMaxWait allows, or, when it may not wait, the
+// caller gets the last response at once, without sleeping. A Budget may be shared between
 // transports, and is safe for concurrent use. A deposit takes no lock.
 type Budget struct {
 	ratio   int64 // micro-tokens deposited per original request

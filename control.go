@@ -35,6 +35,13 @@ type HostState struct {
 	// half-open, or of a failure period under way on a closed circuit; the
 	// zero time for a key that is not failing.
 	FailingSince time.Time
+	// Quotas is the quota the key's server last advertised in its
+	// rate-limit headers (see WithQuotaHeaders); nil if it never did.
+	// Rate is the send rate the key is held to, in requests per second,
+	// by that quota or by the adaptive rate after a throttle; 0 when it is
+	// not paced.
+	Quotas []Quota
+	Rate   float64
 }
 
 // hostState turns a lane's view into what Host and Snapshot report.
@@ -42,6 +49,10 @@ func hostState(key string, v perkey.View) HostState {
 	s := HostState{Key: key, State: State(v.State), Since: v.Since, Until: v.OpenUntil, Isolated: v.Isolated, FailingSince: v.FailingSince}
 	if v.Held {
 		s.HeldUntil = v.HoldUntil
+	}
+	s.Quotas = quotasOf(v.Quota)
+	if v.Paced {
+		s.Rate = v.Rate
 	}
 	return s
 }
@@ -56,14 +67,14 @@ func (b *Breaker) Host(key string) HostState {
 	return hostState(l.Key().String(), l.View(time.Now()))
 }
 
-// Snapshot returns the state of every key whose circuit is not closed or
-// that is held, in no particular order. It is safe to call while requests
+// Snapshot returns the state of every key whose circuit is not closed,
+// that is held or whose send rate is limited, in no particular order. It is safe to call while requests
 // run; each key is read at its own instant.
 func (b *Breaker) Snapshot() []HostState {
 	now := time.Now()
 	var out []HostState
 	for _, l := range b.set.Lanes() {
-		if s := hostState(l.Key().String(), l.View(now)); s.State != StateClosed {
+		if s := hostState(l.Key().String(), l.View(now)); s.State != StateClosed || !s.HeldUntil.IsZero() || s.Rate > 0 {
 			out = append(out, s)
 		}
 	}
@@ -167,8 +178,16 @@ func (b *Breaker) adopt(c Change, quorum bool, now time.Time) bool {
 
 // requestKey returns the key of req.
 func (t *Transport) requestKey(req *http.Request) hostKey {
+	var k hostKey
 	if t.keyFunc != nil {
-		return perkey.ParseKey(t.keyFunc(req))
+		k = perkey.ParseKey(t.keyFunc(req))
+	} else {
+		k = perkey.KeyOf(req.URL)
 	}
-	return perkey.KeyOf(req.URL)
+	if t.partFunc != nil {
+		if p := t.partFunc(req); p != "" {
+			k = perkey.Key{Host: k.String() + "#" + p}
+		}
+	}
+	return k
 }

@@ -8,16 +8,11 @@
 //
 //	client := &http.Client{Transport: retryhttp.New(nil)}
 //
-// # Which RoundTripper rule it bends
-//
-// The http.RoundTripper contract says a RoundTripper should not interpret
-// the response. This one looks at the status code, because a 503 or a 429 is
-// the commonest failure a retry can mend. It keeps the rest of the contract:
-// it never modifies the caller's request (each retry sends a clone with a
-// fresh body), closes the request body on every path, returns a response or
-// an error but never both, and never invents a response: when retries end on
-// a status code, the caller gets that last real response, body unread, and a
-// nil error.
+// The defaults: full jitter (base 200 ms, cap 30 s), 4 attempts, Retry-After
+// clamped to 30 s and spread over 1 s, a retry budget of a tenth of the
+// traffic, a circuit per key (scheme://host[:port]), an adaptive send rate
+// for 429, and a wait of up to 30 s for a key to recover where the budget or
+// an open circuit would refuse a request.
 //
 // # What it retries
 //
@@ -32,9 +27,92 @@
 // malformed URL or header, an unsupported scheme). Everything else is
 // returned at once.
 //
-// Before each retry it checks, in this order: are attempts left, may the
-// request be sent again, is the host's circuit still closed, does the
-// context's deadline leave room for the delay, is the next body ready, does
-// the retry budget hold a token. Only then does it sleep, and the sleep
-// ends as soon as the request's context ends or the host's circuit opens.
+// # The order of the checks
+//
+// Every attempt of a request goes through these steps, in this order.
+//
+//  1. Admission. The request's key lets the attempt go: a hold (a server's
+//     Retry-After of 5 s or more holds the whole key) is waited out, plus a
+//     spread, if the deadline and the Retry-After clamp allow, else the
+//     request stops (ReasonHeld); an open circuit, or a key an operator
+//     isolated, is waited for until the key recovers, as WithMaxWait
+//     allows, else the request stops (ReasonCircuitOpen); a throttled key's
+//     send rate is waited for in turn, unless the queue ahead cannot fit in
+//     the deadline (ReasonDeadline); then a place under WithConcurrencyLimit
+//     is waited for, or refused (ReasonConcurrencyLimit).
+//  2. The attempt goes through the next RoundTripper, bounded by
+//     WithAttemptTimeout.
+//  3. Classification. An outcome that is not retryable is returned as it
+//     is: a success. A failure is recorded for the key (its circuit, its
+//     send rate, its hold), and the delay is drawn: the server's
+//     Retry-After or Retry-After-Ms, clamped and spread, or the policy's.
+//  4. The decision: is the outcome retryable (WithRetryIf); has the
+//     caller's context not ended; are attempts left (WithMaxAttempts); may
+//     the request be sent again: idempotent (WithIdempotentIf) or never
+//     reached; is its body replayable; is the key's circuit closed (if it
+//     has opened, the retry waits for the key instead, with no delay and no
+//     token, or stops); does the deadline leave room for the delay (if not,
+//     the request returns at once, ReasonDeadline).
+//  5. The next attempt's body is made ready (ReasonBodyNotReplayable if
+//     GetBody fails); then the retry budget must hold a token, unless
+//     others already wait for the key, whom the retry joins. Without a
+//     token the retry waits for the key, as WithMaxWait allows, or stops
+//     (ReasonBudgetExhausted).
+//  6. The failed response is drained (at most 64 KiB and 100 ms, never
+//     past the deadline) and closed, and the transport sleeps the delay,
+//     waking early if the context ends or the key's circuit opens.
+//
+// A wait for a key holds no connection and no goroutine of the transport's,
+// and is not an attempt; the key lets its waiters go, oldest first, only on
+// evidence that it is back, at a rate that starts low and grows while it
+// keeps answering. When a request stops, the caller gets the last response,
+// its body unread, and a nil error; or, without a response, an *Error that
+// names the key, the attempts, the Reason and how long the request waited.
+// A dispatcher asks RetryAt when to send such a request again.
+//
+// # Problems and their options
+//
+//   - A POST must not be applied twice: send an Idempotency-Key header (it
+//     is then retried), or mark requests with WithIdempotentIf, for one
+//     request through ContextWithOptions.
+//   - Requests hang, or a host black-holes them: WithAttemptTimeout.
+//   - A caller must have its answer within a time: a context deadline or
+//     http.Client.Timeout; the transport returns at once when the next wait
+//     cannot fit.
+//   - A dispatcher with its own queue: WithMaxWait(0) and RetryAt, and
+//     WithFailingHorizon to give an endpoint up.
+//   - An SDK that retries by itself: WithMaxAttempts(1), or the SDK's
+//     retries off; ContextWithOptions for one call; WithCircuitOpenResponse
+//     so that the SDK sees a refusal as a 503.
+//   - A body without GetBody must be retried: WithBodyBuffer.
+//   - One failing bucket or tenant on a shared host: WithKey.
+//   - One dead host spends every host's retries: NewBudget with
+//     BudgetConfig.PerHost, given to WithBudget.
+//   - One slow tenant takes every worker: WithConcurrencyLimit.
+//   - A rate-limited API answers 429: WithAdaptiveRate, on for 429 by
+//     default; add 503 for a host that sheds load with it.
+//   - A batch leaves at one instant: WithFirstAttemptJitter.
+//   - Many processes each learn an outage alone: NewFleet and WithFleet,
+//     with the Store of the redisstate module.
+//   - A server's Retry-After asks too much: WithMaxRetryAfter and
+//     WithRetryAfterSpread.
+//   - Other retry rules or another backoff: WithRetryIf (calling
+//     DefaultRetryIf), WithPolicy (FullJitter, EqualJitter,
+//     DecorrelatedJitter, Exponential).
+//   - A different budget or breaker, or none: WithBudget, WithBreaker.
+//   - A host to take out by hand: Breaker.Isolate and Breaker.Reset.
+//   - To see what happens: WithHooks, ContextWithHooks, Transport.Stats,
+//     BreakerConfig.OnStateChange, and the otelretry module.
+//   - To test code that uses it: the retryhttptest package.
+//
+// # Which RoundTripper rule it bends
+//
+// The http.RoundTripper contract says a RoundTripper should not interpret
+// the response. This one looks at the status code, because a 503 or a 429 is
+// the commonest failure a retry can mend. It keeps the rest of the contract:
+// it never modifies the caller's request (each retry sends a clone with a
+// fresh body), closes the request body on every path, returns a response or
+// an error but never both, and never invents a response unless
+// WithCircuitOpenResponse asks it to: when retries end on a status code, the
+// caller gets that last real response, body unread, and a nil error.
 package retryhttp

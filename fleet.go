@@ -59,7 +59,7 @@ const (
 
 // Change is one fact a process shares about a key, or about itself.
 type Change struct {
-	Kind      ChangeKind
+	Kind      ChangeKind    // what the change announces
 	Instance  string        // the announcing process
 	Key       string        // the key, as hooks and errors report it; "" for ChangeAlive
 	For       time.Duration // ChangeAlive, ChangeFailing, ChangeOpen, ChangeHold: how long from now

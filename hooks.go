@@ -35,6 +35,10 @@ type Hooks struct {
 	// WaitDone is called when a request's wait for its key to recover
 	// ends: the key let it go, or the wait ran out.
 	WaitDone func(WaitInfo)
+	// Quota is called when a response advertised its key's quota in
+	// rate-limit headers and the transport applied it (see
+	// WithQuotaHeaders).
+	Quota func(QuotaInfo)
 	// CircuitChange is called when a key's circuit changes state, with the
 	// hooks of the request whose attempt (or admission) changed it; a
 	// Breaker shared between transports reports through the transport whose
@@ -92,14 +96,28 @@ type WaitInfo struct {
 	// already waiting for its key (its retry asked no token), or for its
 	// turn while the key takes back its load after recovering.
 	Cause    Reason
-	Waited   time.Duration
-	Released bool // the key let it go; false: the wait ran out, or its context ended
+	Waited   time.Duration // how long it waited
+	Released bool          // the key let it go; false: the wait ran out, or its context ended
+}
+
+// QuotaInfo describes the quota a response advertised, and what the
+// transport made of it.
+type QuotaInfo struct {
+	Request *http.Request
+	Key     string  // the key (with its quota partition) the quota was applied to
+	Quotas  []Quota // the policies the response advertised
+	// Rate is the send rate the key is held to now, in requests per
+	// second; 0 when it is not paced.
+	Rate float64
+	// HeldUntil is set when a policy had nothing left: the key is held
+	// until its reset.
+	HeldUntil time.Time
 }
 
 // CircuitChangeInfo describes a change of a host's circuit.
 type CircuitChangeInfo struct {
 	Key      string // the circuit's key: scheme://host[:port], or what WithKey computes
-	From, To State
+	From, To State  // the circuit's state before and after the change
 	// Until is when an open circuit may let a probe through, for a change
 	// to StateOpen; the zero time otherwise.
 	Until time.Time
@@ -147,3 +165,4 @@ func (h *Hooks) retryScheduled() func(RetryInfo)        { return h.RetrySchedule
 func (h *Hooks) giveUp() func(GiveUpInfo)               { return h.GiveUp }
 func (h *Hooks) circuitChange() func(CircuitChangeInfo) { return h.CircuitChange }
 func (h *Hooks) waitDone() func(WaitInfo)               { return h.WaitDone }
+func (h *Hooks) quota() func(QuotaInfo)                 { return h.Quota }

@@ -17,7 +17,8 @@ import (
 // off what can be off: retries (WithMaxAttempts(0) sends each request
 // once), the budget, the breaker, hooks, first-attempt jitter, waits asked
 // for by Retry-After, the Retry-After spread, the body buffer, the
-// response buffer and the attempt timeout. For a choice that cannot be off (the policy, the retry
+// response buffer, the attempt timeout and the wait for a key to recover
+// (WithMaxWait(0) refuses at once). For a choice that cannot be off (the policy, the retry
 // and idempotency tests, the key) zero restores the default. A negative
 // number or duration has no meaning, and the option panics, naming itself.
 type Option interface {

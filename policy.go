@@ -34,6 +34,7 @@ const (
 // be drawn; a Policy without the method is spread over 30 s, the default
 // policy's cap, and one whose MaxDelay is 0 is not spread.
 type Policy interface {
+	// Delay returns the wait before retry n, given prev.
 	Delay(n int, prev time.Duration) time.Duration
 }
 

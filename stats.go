@@ -35,6 +35,14 @@ type Stats struct {
 	ResponsesBuffered uint64
 	ResponsesCut      uint64
 	ResponsesTooLarge uint64
+	// Quotas counts the responses whose advertised quota (rate-limit
+	// headers) the transport applied, and QuotaHeld those of them with a
+	// policy exhausted, which held the key until its reset. Paced counts
+	// the attempts that waited for their key's send rate: the quota's, or
+	// the adaptive rate's after a throttle.
+	Quotas    uint64
+	QuotaHeld uint64
+	Paced     uint64
 	// Waits counts the waits of requests for their key to recover (where
 	// the budget, an open circuit or an isolated key would have refused
 	// them), WaitsReleased those the key let go, and WaitTime their
@@ -42,10 +50,10 @@ type Stats struct {
 	// that waited at least once, by how they ended: with a success, or
 	// giving up.
 	Waits           uint64
-	WaitsReleased   uint64
-	WaitTime        time.Duration
-	WaitedDelivered uint64
-	WaitedGaveUp    uint64
+	WaitsReleased   uint64            // waits the key let go
+	WaitTime        time.Duration     // the waits' total length
+	WaitedDelivered uint64            // requests that waited and succeeded
+	WaitedGaveUp    uint64            // requests that waited and gave up
 	GiveUps         map[Reason]uint64 // requests that stopped on a failure, by reason; only reasons seen
 	// Delays holds the histogram of the delays drawn for each scheduled
 	// retry (a wait that the context or an opening circuit cuts short still
@@ -129,6 +137,9 @@ type stats struct {
 	respBuffered    atomic.Uint64
 	respCut         atomic.Uint64
 	respTooLarge    atomic.Uint64
+	quotas          atomic.Uint64
+	quotaHeld       atomic.Uint64
+	paced           atomic.Uint64
 	waits           atomic.Uint64
 	waitsReleased   atomic.Uint64
 	waitNanos       atomic.Uint64
@@ -167,6 +178,9 @@ func (t *Transport) Stats() Stats {
 		ResponsesBuffered: s.respBuffered.Load(),
 		ResponsesCut:      s.respCut.Load(),
 		ResponsesTooLarge: s.respTooLarge.Load(),
+		Quotas:            s.quotas.Load(),
+		QuotaHeld:         s.quotaHeld.Load(),
+		Paced:             s.paced.Load(),
 		Waits:             s.waits.Load(),
 		WaitsReleased:     s.waitsReleased.Load(),
 		WaitTime:          time.Duration(s.waitNanos.Load()),
@@ -215,10 +229,11 @@ type stripedCounter struct {
 	}
 }
 
-func (c *stripedCounter) add() {
+// add counts one, and returns its stripe's count so far.
+func (c *stripedCounter) add() uint64 {
 	var anchor byte
 	i := uintptr(unsafe.Pointer(&anchor)) >> 11
-	c.stripes[i%counterStripes].n.Add(1)
+	return c.stripes[i%counterStripes].n.Add(1)
 }
 
 func (c *stripedCounter) load() uint64 {

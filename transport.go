@@ -28,6 +28,11 @@ type Transport struct {
 	breaker *Breaker // nil: no circuits
 	// keyFunc computes a request's key; nil: scheme://host[:port].
 	keyFunc func(*http.Request) string
+	// partFunc names a request's quota partition, kept apart within its
+	// key; nil: one partition per key.
+	partFunc func(*http.Request) string
+	// noQuota: responses are not read for the quota they advertise.
+	noQuota bool
 	// localOpen: a request an open circuit refuses gets a local 503.
 	localOpen bool
 	// horizon: RetryAt answers ReasonGone for a key failing longer; 0: never.
@@ -174,6 +179,9 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// stops hands back the last response untouched.
 		v := classify(req, resp, err, r.s.retryIf)
 		r.judgeTime(&v)
+		if resp != nil && r.readsQuota(resp) {
+			r.applyQuota(resp)
+		}
 		if v.success() {
 			r.record(v)
 			return r.finish(resp, nil, ReasonNone, nil)
@@ -267,6 +275,11 @@ type retrier struct {
 	// slowcall.go).
 	took   time.Duration
 	timing timing
+	// sampled: the request's responses are read for a quota even if its
+	// key has never advertised one (see readsQuota).
+	sampled bool
+	// throttled: the latest attempt was answered 429.
+	throttled bool
 }
 
 // unwind runs when RoundTrip ends. After a return it finds nothing to do;
@@ -320,6 +333,7 @@ func (r *retrier) record(v verdict) {
 // rate-limiting the caller); the key's circuit and send rate hear of it;
 // and a long Retry-After holds the whole key.
 func (r *retrier) recordFailure(v verdict, resp *http.Response) serverWait {
+	r.throttled = resp != nil && resp.StatusCode == http.StatusTooManyRequests
 	if !v.retry || resp == nil {
 		r.record(v)
 		return serverWait{}
@@ -333,6 +347,14 @@ func (r *retrier) recordFailure(v verdict, resp *http.Response) serverWait {
 		r.t.stats.raClamped.Add(1)
 	}
 	o := r.outcome(v, resp, w)
+	if w.ok && w.d > 0 && (w.asked >= holdThreshold || r.throttled) {
+		// A long wait asked for holds the whole key, never past the
+		// clamp; so does any wait a 429 asks for: the server refuses the
+		// key's requests until then, not this one's. The hold comes
+		// first, so that the send rate the throttle cuts starts again
+		// when it ends.
+		r.report(r.laneOf().Hold(now.Add(w.d)))
+	}
 	switch {
 	case r.admitted:
 		r.admitted = false
@@ -340,10 +362,6 @@ func (r *retrier) recordFailure(v verdict, resp *http.Response) serverWait {
 	case o.Cut:
 		// Sent before its key had a lane: only the send rate hears of it.
 		r.report(r.laneOf().Done(perkey.Ticket{}, perkey.Outcome{Cut: true}))
-	}
-	if w.ok && w.asked >= holdThreshold {
-		// A long wait asked for holds the whole key, never past the clamp.
-		r.report(r.laneOf().Hold(now.Add(w.d)))
 	}
 	return w
 }
@@ -357,10 +375,16 @@ func (r *retrier) recordFailure(v verdict, resp *http.Response) serverWait {
 func (r *retrier) outcome(v verdict, resp *http.Response, w serverWait) perkey.Outcome {
 	o := perkey.Outcome{Kind: v.host}
 	if throttles(r.s.throttleOn, resp.StatusCode) {
-		if resp.StatusCode == http.StatusTooManyRequests {
+		// A 429 with a short Retry-After, or none, cuts the rate: the
+		// Retry-After says when the next attempt may go, the rate how
+		// many may. A long one holds the key, and its requests return
+		// spread over the Retry-After spread, as the server scheduled;
+		// another status cuts the rate only without a Retry-After, which
+		// is then the server's whole answer.
+		o.Cut = !w.ok || r.throttled && w.asked < holdThreshold
+		if r.throttled {
 			o.Kind = perkey.Throttled
 		}
-		o.Cut = !w.ok
 	}
 	return o
 }
@@ -379,6 +403,12 @@ func throttles(statuses []int, status int) bool {
 // negative delay; one that does waits nothing, rather than a negative time
 // in Stats.
 func (r *retrier) delay(wait serverWait) time.Duration {
+	if r.throttled && throttles(r.s.throttleOn, http.StatusTooManyRequests) {
+		// The key's send rate, just cut, spaces the retries of a
+		// throttled key out (after the hold its Retry-After put on the
+		// key); a backoff or a spread on top of it would only idle.
+		return wait.d
+	}
 	if wait.ok {
 		return wait.withSpread(r.s.retryAfterSpread)
 	}
@@ -429,7 +459,12 @@ func (r *retrier) rewind(then next, delay time.Duration, wait serverWait) (next,
 		// them rather than spend a token on a host that is failing them.
 		return queueBehind, ReasonNone
 	}
-	if b := r.t.budget; b != nil && !b.withdraw(r.keyOf()) {
+	// A throttled retry takes no token while the adaptive rate covers
+	// 429: the server is up and asks for less, and the key's send rate,
+	// cut by every 429, already bounds the load retries add to it. A retry after a 5xx is a bet that the host
+	// is still there; the budget limits how much of the traffic bets.
+	paced := r.throttled && throttles(r.s.throttleOn, http.StatusTooManyRequests)
+	if b := r.t.budget; b != nil && !paced && !b.withdraw(r.keyOf()) {
 		r.t.stats.budgetDenied.Add(1)
 		if r.maxWaitLeft() > 0 {
 			return queueBehind, ReasonBudgetExhausted

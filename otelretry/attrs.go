@@ -20,11 +20,14 @@ const (
 	retryKey      = attribute.Key("retryhttp.retry")
 	retryAfterKey = attribute.Key("retryhttp.retry_after")
 	clampedKey    = attribute.Key("retryhttp.clamped")
-	reasonKey     = attribute.Key("retryhttp.reason")
-	fromKey       = attribute.Key("retryhttp.circuit.from")
-	toKey         = attribute.Key("retryhttp.circuit.to")
-	causeKey      = attribute.Key("retryhttp.cause")
-	releasedKey   = attribute.Key("retryhttp.released")
+	// quotaExhaustedKey: a policy of the advertised quota had nothing
+	// left, and the key was held until its reset.
+	quotaExhaustedKey = attribute.Key("retryhttp.quota.exhausted")
+	reasonKey         = attribute.Key("retryhttp.reason")
+	fromKey           = attribute.Key("retryhttp.circuit.from")
+	toKey             = attribute.Key("retryhttp.circuit.to")
+	causeKey          = attribute.Key("retryhttp.cause")
+	releasedKey       = attribute.Key("retryhttp.released")
 )
 
 // attrKey is the comparable key of one instrument's attributes, less the
@@ -62,6 +65,12 @@ func (k delayKey) attrs() []attribute.KeyValue {
 }
 
 type clampKey bool
+
+type exhaustedKey bool
+
+func (k exhaustedKey) attrs() []attribute.KeyValue {
+	return []attribute.KeyValue{quotaExhaustedKey.Bool(bool(k))}
+}
 
 func (k clampKey) attrs() []attribute.KeyValue {
 	return []attribute.KeyValue{clampedKey.Bool(bool(k))}

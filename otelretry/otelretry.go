@@ -37,6 +37,9 @@
 //	retryhttp.circuit.transitions  Int64Counter        {transition}  changes of a host's circuit
 //	    retryhttp.circuit.from, retryhttp.circuit.to (State.String, such as "half-open")
 //	retryhttp.circuit.open         Int64UpDownCounter  {circuit}     circuits open now (half-open ones are not)
+//	retryhttp.quota.responses      Int64Counter        {response}    responses whose advertised quota (rate-limit headers) was applied
+//	    retryhttp.quota.exhausted (a policy had nothing left: the key was held until its reset)
+//	retryhttp.quota.rate           Float64Gauge        {request}/s   the send rate the key is held to after the quota was applied (0: not paced)
 //
 // These agree with the transport's own retryhttp.Stats: attempts with
 // Attempts, retries with Retries, the delay histogram's count with the
@@ -136,6 +139,7 @@ func NewHooks(mp metric.MeterProvider, opts ...Option) (*retryhttp.Hooks, error)
 		RetryScheduled: r.retryScheduled,
 		GiveUp:         r.giveUp,
 		WaitDone:       r.waitDone,
+		Quota:          r.quota,
 	}, nil
 }
 
@@ -182,11 +186,14 @@ type recorder struct {
 	waitLength   metric.Float64Histogram
 	transitions  metric.Int64Counter
 	open         metric.Int64UpDownCounter
+	quotas       metric.Int64Counter
+	quotaRate    metric.Float64Gauge
 
 	attemptSets setCache[attemptKey]
 	methodSets  setCache[methodKey]
 	delaySets   setCache[delayKey]
 	clampSets   setCache[clampKey]
+	quotaSets   setCache[exhaustedKey]
 	giveUpSets  setCache[giveUpKey]
 	circuitSets setCache[circuitKey]
 	waitSets    setCache[waitKey]
@@ -215,6 +222,11 @@ func newRecorder(m metric.Meter, c config) (*recorder, error) {
 		"Changes of state of a host's circuit.")
 	r.waits = counter("retryhttp.waits", "{wait}",
 		"Waits of requests for their key to recover, counted as each ends.")
+	r.quotas = counter("retryhttp.quota.responses", "{response}",
+		"Responses whose advertised quota (rate-limit headers) the transport applied.")
+	r.quotaRate, e = m.Float64Gauge("retryhttp.quota.rate", metric.WithUnit("{request}/s"),
+		metric.WithDescription("The send rate a key is held to after its advertised quota was applied; 0 when it is not paced."))
+	err = errors.Join(err, e)
 	r.waitLength, e = m.Float64Histogram("retryhttp.wait.duration", metric.WithUnit("s"),
 		metric.WithDescription("The length of each wait of a request for its key to recover."),
 		metric.WithExplicitBucketBoundaries(DelayBuckets()...))
@@ -289,6 +301,13 @@ func (r *recorder) waitDone(i retryhttp.WaitInfo) {
 	if i.Cause == retryhttp.ReasonBudgetExhausted {
 		r.budgetDenied.Add(ctx, 1, r.methodSets.get(methodKey(method(i.Request)), host).add...)
 	}
+}
+
+func (r *recorder) quota(i retryhttp.QuotaInfo) {
+	ctx := i.Request.Context()
+	host := r.hostOf(i.Request)
+	r.quotas.Add(ctx, 1, r.quotaSets.get(exhaustedKey(!i.HeldUntil.IsZero()), host).add...)
+	r.quotaRate.Record(ctx, i.Rate, r.noSets.get(noKey{}, host).record...)
 }
 
 func (r *recorder) circuitChange(i retryhttp.CircuitChangeInfo) {

@@ -90,13 +90,15 @@ type readings struct {
 	sums   map[string]map[string]int64   // counters and up-down counters
 	counts map[string]map[string]uint64  // histograms: values recorded
 	totals map[string]map[string]float64 // histograms: their sum
+	gauges map[string]map[string]float64 // gauges: the last value
 }
 
 func collect(t *testing.T, reader *sdkmetric.ManualReader) readings {
 	t.Helper()
 	var rm metricdata.ResourceMetrics
 	require.NoError(t, reader.Collect(context.Background(), &rm))
-	got := readings{sums: map[string]map[string]int64{}, counts: map[string]map[string]uint64{}, totals: map[string]map[string]float64{}}
+	got := readings{sums: map[string]map[string]int64{}, counts: map[string]map[string]uint64{}, totals: map[string]map[string]float64{},
+		gauges: map[string]map[string]float64{}}
 	for _, sm := range rm.ScopeMetrics {
 		require.Equal(t, otelretry.ScopeName, sm.Scope.Name)
 		for _, m := range sm.Metrics {
@@ -112,6 +114,11 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) readings {
 				for _, p := range d.DataPoints {
 					got.counts[m.Name][encode(p.Attributes)] = p.Count
 					got.totals[m.Name][encode(p.Attributes)] = p.Sum
+				}
+			case metricdata.Gauge[float64]:
+				got.gauges[m.Name] = map[string]float64{}
+				for _, p := range d.DataPoints {
+					got.gauges[m.Name][encode(p.Attributes)] = p.Value
 				}
 			default:
 				t.Fatalf("%s: unexpected data %T", m.Name, m.Data)
@@ -528,3 +535,23 @@ func TestNewHooksNilProvider(t *testing.T) {
 type immediate struct{}
 
 func (immediate) Delay(int, time.Duration) time.Duration { return 0 }
+
+// The quota a response advertises is counted, exhausted or not, as Stats
+// counts it, and the rate it paces the key at is the gauge's.
+func TestQuota(t *testing.T) {
+	reader, mp := newProvider(t)
+	hooks, err := otelretry.NewHooks(mp)
+	require.NoError(t, err)
+	policy := func(r string) http.Header {
+		return http.Header{"Ratelimit-Policy": {`"p";q=100;w=10`}, "Ratelimit": {`"p";r=` + r + `;t=1`}}
+	}
+	tr := retryhttp.New(script(reply{status: 200, header: policy("50")}, reply{status: 200, header: policy("0")}, reply{status: 200}),
+		retryhttp.WithHooks(hooks))
+	sendAll(t, tr, get("GET", "http://example.test/a"), get("GET", "http://example.test/b"), get("GET", "http://example.test/c"))
+	got := collect(t, reader)
+	s := tr.Stats()
+	assert.Equal(t, map[string]int64{"retryhttp.quota.exhausted=false": 1, "retryhttp.quota.exhausted=true": 1}, got.sums["retryhttp.quota.responses"])
+	assert.Equal(t, int64(s.Quotas), total(got.sums["retryhttp.quota.responses"]))
+	assert.Equal(t, int64(s.QuotaHeld), got.sums["retryhttp.quota.responses"]["retryhttp.quota.exhausted=true"])
+	assert.InDelta(t, 9.5, got.gauges["retryhttp.quota.rate"][""], 1e-9, "95% of 100 per 10 s")
+}

@@ -84,7 +84,7 @@ func TestRecoveryTable(t *testing.T) {
 	}
 	t.Log("\n" + b.String())
 
-	// The full-jitter row of the main table (TestSeedTable), 12 attempts,
+	// The full-jitter row of the main table (TestHerdTable), 12 attempts,
 	// with budget and breaker off: what every delivery retrying its whole
 	// allowance wastes.
 	var fullJitter Result

@@ -35,3 +35,16 @@ func (l *Lane) unholdLocked() Transition {
 	to, _ := unpack(w)
 	return Transition{From: Held, To: to}
 }
+
+// heldNow returns a *HeldError while the key is held, nil otherwise.
+func (l *Lane) heldNow() error {
+	if l.word.Load()&heldBit == 0 {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if until := l.holdUntil; l.word.Load()&heldBit != 0 && time.Now().Before(until) {
+		return &HeldError{Until: until}
+	}
+	return nil
+}

@@ -118,6 +118,9 @@ type Lane struct {
 	pace  atomic.Pointer[pacer]
 	slots atomic.Pointer[slots]    // attempts in flight, when limited
 	due   atomic.Pointer[calendar] // where Spread has sent callers back; nil until it first does
+	// advertises is set once a response of the key advertised a quota
+	// (see Advertise): from then on every response is read for it.
+	advertises atomic.Bool
 
 	mu        sync.Mutex
 	since     time.Time // first failure of the period; guarded by mu
@@ -137,6 +140,7 @@ type Lane struct {
 	// The requests waiting for the key to recover (see wait.go), the timer
 	// that lets the next go, the recovery under way, and the test of a
 	// closed key whose requests wait. Guarded by mu.
+	adv     Advert // the latest quota advertised; guarded by mu
 	queue   queue
 	timer   *time.Timer
 	timerAt time.Time
@@ -209,8 +213,11 @@ const (
 )
 
 func (t Ticket) has(f uint64) bool { return t.pace&f != 0 }
-func (t *Ticket) set(f uint64)     { t.pace |= f }
-func (t Ticket) paceGen() uint64   { return t.pace >> ticketBits }
+
+// Paced reports that the attempt went through the key's send rate.
+func (t Ticket) Paced() bool     { return t.has(pacedFlag) }
+func (t *Ticket) set(f uint64)   { t.pace |= f }
+func (t Ticket) paceGen() uint64 { return t.pace >> ticketBits }
 func (t *Ticket) setPaceGen(g uint64) {
 	t.pace = g<<ticketBits | t.pace&(1<<ticketBits-1)
 }
@@ -277,6 +284,11 @@ func (l *Lane) admitSlow(ctx context.Context, lim Limits) (Ticket, Transitions, 
 func (l *Lane) Done(t Ticket, o Outcome) (trs Transitions) {
 	if o == (Outcome{Kind: Success}) && t.plain() {
 		l.recordSuccess() // the hot path: no lock, nothing to report
+		if l.word.Load()&pacedBit != 0 {
+			// Sent before the key was paced: it counts toward what the
+			// server admits.
+			l.pacedSuccess(t)
+		}
 		return trs
 	}
 	return l.doneSlow(t, o)
@@ -286,17 +298,29 @@ func (l *Lane) doneSlow(t Ticket, o Outcome) Transitions {
 	if t.has(slotFlag) {
 		l.slotsOf().release()
 	}
+	if t.has(pacedFlag) {
+		if p := l.pace.Load(); p != nil {
+			p.answered()
+		}
+	}
 	var trs Transitions
 	l.record(t, o.Kind, &trs)
 	if o.Cut {
 		l.throttle(time.Now(), t.paceGen())
 	}
-	if t.has(pacedFlag) && o.Kind == Success {
-		if p := l.pace.Load(); p != nil {
-			p.success(t.paceGen())
-		}
+	if o.Kind == Success {
+		l.pacedSuccess(t)
 	}
 	return trs
+}
+
+// pacedSuccess tells the key's pacer, if it has one, of a success: of
+// what it admitted, and, for an attempt it let go, that the server
+// answered its generation.
+func (l *Lane) pacedSuccess(t Ticket) {
+	if p := l.pace.Load(); p != nil {
+		p.success(time.Now(), t.paceGen(), t.has(pacedFlag))
+	}
 }
 
 // recordSuccess records a success of an attempt that was not a probe: the
@@ -325,6 +349,10 @@ func (l *Lane) IsOpen() bool {
 	state, _ := unpack(l.word.Load())
 	return state == Open
 }
+
+// Paced reports whether the key's send rate is limited: its attempts go
+// through its pacer, one after another at its rate.
+func (l *Lane) Paced() bool { return l.word.Load()&pacedBit != 0 }
 
 // closedChan is the opened channel of every open circuit.
 var closedChan = func() chan struct{} {

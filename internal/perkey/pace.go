@@ -42,6 +42,15 @@ type pacer struct {
 	cutAt     time.Time     // guarded by mu
 	wmax      float64       // the rate at the latest cut; 0 in slow start; guarded by mu
 	throttles uint64        // guarded by mu
+	admitted  tally         // successes of paced attempts; guarded by mu
+	flat      bool          // the curve since the latest cut is the flat one (see flatShare); guarded by mu
+	inflight  int           // attempts it let go whose outcome has not come back; guarded by mu
+	// The quota the server advertised (see Advertise): the rate it
+	// sustains, until when that holds, and the requests it has left,
+	// which bound the burst. Zero quota: none advertised. Guarded by mu.
+	quota      float64
+	quotaUntil time.Time
+	quotaLeft  int
 }
 
 func newPacer(now time.Time) *pacer {
@@ -50,22 +59,82 @@ func newPacer(now time.Time) *pacer {
 	return p
 }
 
-// rateAtLocked returns the allowed rate at now. Called with mu held.
+// rateAtLocked returns the allowed rate at now: the adaptive rate, once
+// the key has throttled, and never more than the quota it advertises.
+// Called with mu held.
 func (p *pacer) rateAtLocked(now time.Time) float64 {
-	t := now.Sub(p.cutAt).Seconds()
-	if p.wmax == 0 {
-		return math.Min(slowStartRate*math.Exp2(t/slowStartStep.Seconds()), 2*unpaceAt)
+	r := 2.0 * unpaceAt // nothing limits it
+	if p.throttles > 0 {
+		t := now.Sub(p.cutAt).Seconds()
+		switch {
+		case p.wmax == 0 && p.flat:
+			// Slow start after a Retry-After: a window limiter refuses
+			// all that is sent past its quota, and the key has waited
+			// out a window; the rate grows to no more than a quarter
+			// above what the server admitted over the past two seconds,
+			// so that the window it first overfills is refused a few
+			// requests, not hundreds.
+			r = math.Min(slowStartRate*math.Exp2(t/slowStartStep.Seconds()), r)
+			if a := p.admitted.rate(now, admittedSpan); a > 0 && p.admitted.from.Before(p.cutAt) {
+				r = math.Min(r, math.Max(1.25*a, slowStartRate))
+			}
+		case p.wmax == 0:
+			r = math.Min(slowStartRate*math.Exp2(t/slowStartStep.Seconds()), r)
+		case p.flat:
+			r = cubicWith(p.wmax, 1, flatC, t)
+		default:
+			r = cubic(p.wmax, t)
+		}
 	}
-	return cubic(p.wmax, t)
+	if p.quotaOnLocked(now) {
+		r = math.Min(r, p.quota)
+	}
+	return r
+}
+
+// quotaOnLocked reports an advertised quota in force at now. Called with
+// mu held.
+func (p *pacer) quotaOnLocked(now time.Time) bool {
+	return p.quota > 0 && now.Before(p.quotaUntil)
+}
+
+// setRateLocked brings the bucket to the rate at now. While a quota is
+// advertised, the burst is what the server has left, so that a key with
+// plenty of quota sends a short batch at once, not paced to a trickle
+// (the bucket fills only while the key sends less than the rate: a key
+// that has been paced goes on at the rate across a window's reset).
+// Called with mu held.
+func (p *pacer) setRateLocked(now time.Time) {
+	r := p.rateAtLocked(now)
+	setRate(p.lim, now, r)
+	if p.quotaOnLocked(now) {
+		p.lim.SetBurstAt(now, max(p.quotaLeft, p.lim.Burst()))
+	}
 }
 
 // cubic returns CUBIC's rate t seconds after a cut from wmax to
 // cubicBeta of it: back at wmax after K seconds, flat around it, then
 // probing beyond (RFC 9438 §4.2).
-func cubic(wmax, t float64) float64 {
-	k := math.Cbrt(wmax * (1 - cubicBeta) / cubicC)
-	return math.Max(cubicC*math.Pow(t-k, 3)+wmax, 1)
+func cubic(wmax, t float64) float64 { return cubicWith(wmax, cubicBeta, cubicC, t) }
+
+// cubicWith is cubic for a cut to beta of wmax, growing with constant c.
+func cubicWith(wmax, beta, c, t float64) float64 {
+	k := math.Cbrt(wmax * (1 - beta) / c)
+	return math.Max(c*math.Pow(t-k, 3)+wmax, 1)
 }
+
+// After a throttle that came with a Retry-After (the server said when to
+// come back, as a fixed window's limiter does), the rate is set a little
+// below what the server admitted over the past second and probes beyond
+// it slowly: a window limiter admits its quota at once and refuses the
+// rest, so a curve that grows back within seconds would be refused again
+// at every few windows, each time losing what is left of a window to the
+// Retry-After. flatShare of the admitted rate, growing by flatC·t³: 5
+// requests/s more after 21 s, 40 after 43 s.
+const (
+	flatShare = 0.95
+	flatC     = 0.0005
+)
 
 // freeLocked reports that the pacer no longer limits anything: its rate
 // has grown far past what was throttled and nobody waits. Called with mu
@@ -81,11 +150,75 @@ func (p *pacer) free(now time.Time) bool {
 	return p.freeLocked(now)
 }
 
-// success records a normal answer to an attempt sent at gen.
-func (p *pacer) success(gen uint64) {
+// success records a normal answer, at now, to an attempt: one the pacer
+// let go (paced) at gen, or one sent before it paced the key.
+func (p *pacer) success(now time.Time, gen uint64, paced bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.okGen = max(p.okGen, gen)
+	if paced {
+		p.okGen = max(p.okGen, gen)
+	}
+	p.admitted.add(now)
+}
+
+// answered records that an attempt it let go has its outcome.
+func (p *pacer) answered() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inflight = max(p.inflight-1, 0)
+}
+
+// admittedSpan is how far back the pacer counts what the server admitted:
+// two of the one-second windows of most rate limiters, so that a count
+// taken when a window has just filled spans a whole window before it.
+const admittedSpan = 2 * time.Second
+
+// tally counts events per twentieth of admittedSpan over the past
+// admittedSpan.
+type tally struct {
+	n    [20]int
+	at   int64 // the slot of the latest event
+	from time.Time
+}
+
+func (c *tally) slot(now time.Time) int64 {
+	return now.UnixNano() / int64(admittedSpan/time.Duration(len(c.n)))
+}
+
+// move clears the slots that have fallen out of the span since the latest
+// event.
+func (c *tally) move(now time.Time) {
+	s := c.slot(now)
+	for i := c.at + 1; i <= s && i <= c.at+int64(len(c.n)); i++ {
+		c.n[i%int64(len(c.n))] = 0
+	}
+	c.at = max(c.at, s)
+}
+
+func (c *tally) add(now time.Time) {
+	if c.from.IsZero() {
+		c.from = now
+	}
+	c.move(now)
+	c.n[c.at%int64(len(c.n))]++
+}
+
+// rate returns the events per second over the past d (at most
+// admittedSpan), or over the time since the first event when that is
+// shorter (at least a slot); 0 for none.
+func (c *tally) rate(now time.Time, d time.Duration) float64 {
+	if c.from.IsZero() {
+		return 0
+	}
+	c.move(now)
+	per := admittedSpan / time.Duration(len(c.n))
+	k := min(int(d/per), len(c.n))
+	total := 0
+	for i := range k {
+		total += c.n[(c.at-int64(i))%int64(len(c.n))]
+	}
+	span := min(max(now.Sub(c.from), per), time.Duration(k)*per)
+	return float64(total) / span.Seconds()
 }
 
 // throttle cuts the rate after a throttling answer to an attempt sent at
@@ -93,21 +226,38 @@ func (p *pacer) success(gen uint64) {
 // old rate, and answers before the server has admitted anything at the
 // current rate may be the tail of an earlier burst (its own bucket still
 // refilling): both are ignored.
-func (p *pacer) throttle(now time.Time, gen uint64) {
+func (p *pacer) throttle(now, from time.Time, gen uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.throttles++
 	if gen != p.gen || (p.throttles > 1 && p.okGen != p.gen) {
 		return
 	}
-	if p.throttles > 1 {
+	if p.throttles > 1 || p.quotaOnLocked(now) {
 		// The first throttle only started pacing, in slow start; from the
-		// next, the curve is CUBIC's around the rate just throttled.
+		// next, the curve is CUBIC's around the rate just throttled. After
+		// a Retry-After it is the flat curve around what the server
+		// admitted over the past second, when that is less: a fixed
+		// window admits its quota at once and refuses the rest, whatever
+		// the rate it is sent, and a curve around the rate sent would
+		// take many cuts to come down to it. A key paced at its
+		// advertised quota has its rate already: the first throttle cuts
+		// it.
 		p.wmax = p.rateAtLocked(now)
+		if p.flat = from.After(now); p.flat {
+			if ok := p.admitted.rate(now, time.Second); ok > 0 {
+				p.wmax = min(p.wmax, ok)
+			}
+			p.wmax = max(flatShare*p.wmax, 1)
+		}
+	} else {
+		p.flat = from.After(now)
 	}
 	p.gen++
-	p.cutAt = now
-	setRate(p.lim, now, p.rateAtLocked(now))
+	// The curve starts when the next attempt may go: after the hold a
+	// Retry-After put on the key, if any.
+	p.cutAt = later(now, from)
+	p.setRateLocked(now)
 }
 
 // wait waits until the key's rate lets one more attempt go, and returns
@@ -117,9 +267,10 @@ func (p *pacer) throttle(now time.Time, gen uint64) {
 func (p *pacer) wait(ctx context.Context) (uint64, error) {
 	p.mu.Lock()
 	now := time.Now()
-	setRate(p.lim, now, p.rateAtLocked(now))
+	p.setRateLocked(now)
 	if p.queue.len() == 0 && p.timer == nil && p.lim.AllowN(now, 1) {
 		gen := p.gen
+		p.inflight++
 		p.mu.Unlock()
 		return gen, nil
 	}
@@ -135,6 +286,9 @@ func (p *pacer) wait(ctx context.Context) (uint64, error) {
 	if err := p.queue.wait(ctx, &p.mu, w, nil, p.handOnLocked); err != nil {
 		return 0, err
 	}
+	p.mu.Lock()
+	p.inflight++
+	p.mu.Unlock()
 	return w.gen, nil
 }
 
@@ -143,11 +297,18 @@ func (p *pacer) wait(ctx context.Context) (uint64, error) {
 func (p *pacer) handOnLocked(*waiter) { p.queue.letNext(p.gen) }
 
 // aheadLocked estimates how long the releases of k more attempts take:
-// at the current rate once it follows CUBIC (close to flat), and along the
-// doubling curve in slow start, where the current rate would overstate the
-// wait many times over. Called with mu held.
+// none for those the bucket holds tokens for; the rest at the current rate
+// once it follows CUBIC (close to flat) or the advertised quota, and along
+// the doubling curve in slow start, where the current rate would overstate
+// the wait many times over. Called with mu held.
 func (p *pacer) aheadLocked(now time.Time, k int) time.Duration {
-	if p.wmax > 0 {
+	p.setRateLocked(now)
+	k -= int(p.lim.TokensAt(now))
+	if k <= 0 {
+		return 0
+	}
+	if p.wmax > 0 || p.throttles == 0 {
+		// Flat: CUBIC's curve near its rate, or the advertised quota.
 		return time.Duration(float64(k) / p.rateAtLocked(now) * float64(time.Second))
 	}
 	td := slowStartStep.Seconds()
@@ -173,7 +334,7 @@ func (p *pacer) release() {
 	defer p.mu.Unlock()
 	p.timer = nil
 	now := time.Now()
-	setRate(p.lim, now, p.rateAtLocked(now))
+	p.setRateLocked(now)
 	for p.queue.len() > 0 && p.lim.AllowN(now, 1) {
 		p.queue.letNext(p.gen)
 	}
@@ -184,18 +345,35 @@ func (p *pacer) release() {
 // attempt sent at pacer generation gen, and starts pacing the key if it
 // was not.
 func (l *Lane) throttle(now time.Time, gen uint64) {
+	from := now
+	l.mu.Lock()
+	if l.word.Load()&heldBit != 0 {
+		from = l.holdUntil
+	}
+	l.mu.Unlock()
+	l.pacerOf(now, nil).throttle(now, from, gen)
+}
+
+// pacerOf returns the key's pacer, starting one (made by mk, or newPacer
+// when mk is nil) and pacing the key if it had none.
+func (l *Lane) pacerOf(now time.Time, mk func() *pacer) *pacer {
+	if p := l.pace.Load(); p != nil {
+		return p
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	p := l.pace.Load()
 	if p == nil {
-		l.mu.Lock()
-		if p = l.pace.Load(); p == nil {
+		if mk != nil {
+			p = mk()
+		} else {
 			p = newPacer(now)
-			l.pace.Store(p)
-			l.word.Store(l.word.Load() | pacedBit)
-			l.set.flag()
 		}
-		l.mu.Unlock()
+		l.pace.Store(p)
+		l.word.Store(l.word.Load() | pacedBit)
+		l.set.flag()
 	}
-	p.throttle(now, gen)
+	return p
 }
 
 // waitPace waits for the key's send rate, and returns the generation to

@@ -71,6 +71,7 @@ func TestPaceSlotsEdges(t *testing.T) {
 func TestPaceSlowStartEstimate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := newPacer(time.Now())
+		p.throttles = 1 // as the throttle that started it
 		d := p.aheadLocked(time.Now(), 100)
 		assert.InDelta(t, 1.03, d.Seconds(), 0.01) // 0.2·log2(1 + 100·ln2/(10·0.2))
 	})

@@ -19,6 +19,10 @@ type View struct {
 	// the releases of the attempts waiting, and of one more, take.
 	Paced bool
 	Ahead time.Duration
+	// Rate is the send rate a paced key is held to, in requests per
+	// second; Quota is the latest quota the key advertised (N 0: none).
+	Rate  float64
+	Quota Advert
 	// FailingSince is when the key began failing: the start of the
 	// failures that opened the circuit, kept while it stays open or
 	// half-open, or of a failure period under way on a closed circuit; the
@@ -43,7 +47,7 @@ func (l *Lane) View(now time.Time) View {
 	w := l.word.Load()
 	state, _ := unpack(w)
 	v := View{State: state, Since: l.changed, Isolated: l.isolated, Probes: l.probes, Sleepers: l.sleepers,
-		Waiting: l.queue.len(), Recovering: l.rec != nil}
+		Waiting: l.queue.len(), Recovering: l.rec != nil, Quota: l.adv}
 	if l.failing.Load() {
 		v.FailingSince, v.Failing, v.Failures, v.Successes = l.since, true, l.fails, l.succ.Load()
 	}
@@ -58,7 +62,7 @@ func (l *Lane) View(now time.Time) View {
 	}
 	if p := l.pace.Load(); p != nil {
 		p.mu.Lock()
-		v.Paced, v.Ahead = true, p.aheadLocked(now, p.queue.len()+1)
+		v.Paced, v.Ahead, v.Rate = true, p.aheadLocked(now, p.queue.len()+1), p.rateAtLocked(now)
 		p.mu.Unlock()
 	}
 	return v

@@ -110,6 +110,11 @@ func (l *Lane) admitted(ctx context.Context, lim Limits, tk Ticket, trs Transiti
 		var gen uint64
 		gen, err = l.waitPace(ctx)
 		tk.setPaceGen(gen)
+		if err == nil {
+			// A throttle's Retry-After may have held the key while the
+			// attempt waited its turn: it waits for the hold too.
+			err = l.heldNow()
+		}
 	}
 	if err == nil && lim.MaxInFlight > 0 {
 		if err = l.slotsOf().acquire(ctx, lim.MaxInFlight, lim.RefuseInFlight); err == nil {

@@ -106,9 +106,9 @@ func scenarios(maxAttempts int) []Scenario {
 	}
 }
 
-// TestSeedTable runs the webhook herd through the real Transport in virtual
+// TestHerdTable runs the webhook herd through the real Transport in virtual
 // time, prints the table, and checks what the README claims of it.
-func TestSeedTable(t *testing.T) {
+func TestHerdTable(t *testing.T) {
 	type job struct {
 		s Scenario
 		n int // attempts

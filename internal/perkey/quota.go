@@ -1,0 +1,102 @@
+package perkey
+
+import (
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Policy is one quota policy a response advertised, as a View reports it.
+type Policy struct {
+	Partition string        // the server's name for the quota's partition; "" for none
+	Limit     int64         // requests per window; -1 unknown
+	Window    time.Duration // 0 unknown
+	Remaining int64         // requests left in the window; -1 unknown
+	Reset     time.Time     // when the window resets; the zero time unknown
+	// ServerReset is when the window resets on the server's clock: the
+	// same instant in every answer of one window, when the server sends
+	// its reset as a Unix time. Window, when the server does not say it,
+	// is learned from how far it moves when a window ends.
+	ServerReset time.Time
+}
+
+// MaxPolicies bounds the policies an Advert carries.
+const MaxPolicies = 4
+
+// Advert is what one response advertised of the key's quota.
+type Advert struct {
+	At time.Time // when the response was read
+	// Rate is the rate the policies sustain, in requests per second, and
+	// Left the requests the tightest has left; Rate 0: none given.
+	Rate float64
+	Left int
+	// For is how long until the window resets: Rate holds until then,
+	// and quotaHold more.
+	For time.Duration
+	// HoldUntil is set when a policy has no request left: none may go
+	// before then.
+	HoldUntil time.Time
+	Policies  [MaxPolicies]Policy
+	N         int
+}
+
+// quotaHold is how long past its window's reset an advertised rate is
+// kept without a fresher one: the rate of a window that has reset still
+// paces the requests sent until the next answer brings the new window's,
+// and a key held until the reset is not let go unpaced.
+const quotaHold = time.Second
+
+// Advertise applies what a response advertised of the key's quota: a
+// policy with nothing left holds the key until it resets (Hold), and the
+// rate the policies sustain caps the key's send rate, with the requests
+// left as the burst. A key that was not paced starts with the whole burst
+// free, so that a batch smaller than what is left goes at once.
+func (l *Lane) Advertise(a Advert) Transitions {
+	l.mu.Lock()
+	l.adv = a
+	l.mu.Unlock()
+	l.advertises.Store(true)
+	var trs Transitions
+	if !a.HoldUntil.IsZero() && a.HoldUntil.After(a.At) {
+		trs = l.Hold(a.HoldUntil)
+	}
+	if a.Rate > 0 && a.Rate < unpaceAt {
+		// A rate past unpaceAt limits nothing a pacer would.
+		left := max(a.Left, 1)
+		p := l.pacerOf(a.At, func() *pacer {
+			// Generation 1: a throttle of an attempt sent before the
+			// key was paced (gen 0) was caused by no rate of this
+			// pacer's, and cuts nothing.
+			p := &pacer{cutAt: a.At, gen: 1}
+			p.lim = rate.NewLimiter(rate.Limit(a.Rate), left)
+			return p
+		})
+		p.advertise(a.At, a.Rate, left, a.At.Add(a.For+quotaHold))
+	}
+	return trs
+}
+
+// Advertised returns the latest quota the key advertised.
+func (l *Lane) Advertised() Advert {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.adv
+}
+
+// Advertises reports whether a response of the key has advertised a
+// quota.
+func (l *Lane) Advertises() bool { return l.advertises.Load() }
+
+// advertise sets the quota the pacer keeps the key to.
+func (p *pacer) advertise(now time.Time, r float64, left int, until time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	// What the server has left is shared with the attempts already on
+	// their way, which it has not counted yet.
+	p.quota, p.quotaLeft, p.quotaUntil = r, max(left-p.inflight, 1), until
+	// The burst becomes what the server has left (and the tokens no more
+	// than that, from the bucket's next use): the server's count is the
+	// truth.
+	p.setRateLocked(now)
+	p.scheduleLocked(now)
+}

@@ -1,0 +1,252 @@
+package retryhttp
+
+import (
+	"math"
+	"strings"
+	"time"
+)
+
+// readXRateLimit reads the X-RateLimit-* headers and Twitter/X's
+// X-Rate-Limit-*.
+//
+// X-RateLimit-Reset is taken as a Unix time unless the header set says
+// otherwise. It is one at GitHub, which marks its responses with
+// x-ratelimit-resource and x-github-request-id
+// (https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api),
+// at Twitter/X, whose names are x-rate-limit-*
+// (https://docs.x.com/fundamentals/rate-limits), in go-chi/httprate
+// v0.16.1, which marks nothing (its limiter.go sends
+// currentWindow.Add(windowLength).Unix()), and at many other APIs
+// (Smartsheet, DevRev, GitBook). It is delta seconds at servers that follow
+// the first IETF drafts under an X- prefix, whose X-RateLimit-Limit lists
+// policies ("100, 100;window=60":
+// https://developer.whoop.com/docs/developing/rate-limiting), and Discord's
+// X-RateLimit-Reset-After, delta seconds, takes precedence over its Unix
+// time (https://discord.com/developers/docs/topics/rate-limits).
+//
+// Elsewhere nothing tells, and the value's size is not the rule. Read as a
+// Unix time, a delta (Unipile sends one, unmarked) is an instant of 1970:
+// past, so the reset is now; the key is not held, and a 429 with its
+// Retry-After still stops it, as if the header were absent. Read as a
+// delta, a Unix time is 56 years, clamped: a key with requests left would
+// be paced at one request per clamp, and held for the clamp at zero. The
+// first mistake costs what a missing header costs; the second stalls a
+// healthy key. So a Unix time it is.
+//
+// Azure DevOps counts X-RateLimit-* in TSTUs, not requests, and marks its
+// responses with X-RateLimit-Delay
+// (https://learn.microsoft.com/azure/devops/integrate/concepts/rate-limits):
+// those are skipped, like a policy in another unit.
+func (r *quotaReader) readXRateLimit() {
+	if r.keys[hXDelay] == "" {
+		q := unknownQuota()
+		listed := false
+		if v, ok := r.value(hXLimit); ok {
+			q.limit, q.window, listed = parseLimit(v)
+		}
+		q.remaining = r.count(hXRemaining)
+		if used := r.count(hXUsed); q.remaining < 0 && q.limit >= 0 && used >= 0 {
+			q.remaining = max(q.limit-used, 0) // GitHub's x-ratelimit-used
+		}
+		if v, _ := r.value(hXResetAfter); v != "" {
+			if sec, nsec, ok := parseSeconds(v); ok {
+				r.setReset(&q, satSeconds(sec, nsec))
+			}
+		}
+		if v, _ := r.value(hXReset); q.reset < 0 {
+			if sec, nsec, ok := parseSeconds(v); ok && listed {
+				r.setReset(&q, satSeconds(sec, nsec))
+			} else if ok {
+				r.setReset(&q, r.epoch(sec, nsec))
+			}
+		}
+		if q.partition, _ = r.value(hXResource); q.partition == "" {
+			q.partition, _ = r.value(hXBucket) // Discord's bucket
+		}
+		r.add(q)
+	}
+	q := unknownQuota()
+	q.limit, q.remaining = r.count(hXTwLimit), r.count(hXTwRemaining)
+	if v, _ := r.value(hXTwReset); v != "" {
+		if sec, nsec, ok := parseSeconds(v); ok {
+			r.setReset(&q, r.epoch(sec, nsec))
+		}
+	}
+	r.add(q)
+}
+
+// readVendors reads the vendors' own forms.
+//
+// OpenAI: x-ratelimit-{limit,remaining,reset}-requests, the reset a Go
+// duration ("6m0s", "20ms") until the limit "resets to its initial state"
+// (https://platform.openai.com/docs/guides/rate-limits): a refilling
+// bucket. Its -tokens headers count tokens, not requests, and are skipped.
+// Anthropic: anthropic-ratelimit-requests-{limit,remaining,reset}, the
+// reset an RFC 3339 time when the bucket is full again
+// (https://docs.anthropic.com/en/api/rate-limits). Shopify:
+// X-Shopify-Shop-Api-Call-Limit: used/bucket size, no reset
+// (https://shopify.dev/docs/api/admin-rest/usage/rate-limits). Azure
+// Resource Manager: x-ms-ratelimit-remaining-<scope>, a count only.
+func (r *quotaReader) readVendors() {
+	if r.has(hXOpenAILimit, hXShopify) {
+		q := unknownQuota()
+		q.refill = true
+		q.limit, q.remaining = r.count(hXOpenAILimit), r.count(hXOpenAIRemaining)
+		if v, _ := r.value(hXOpenAIReset); v != "" {
+			if d, ok := parseGoDuration(v); ok {
+				r.setReset(&q, d)
+			}
+		}
+		r.add(q)
+	}
+
+	if r.has(hAnthropicLimit, hXLimit) {
+		q := unknownQuota()
+		q.refill = true
+		q.limit, q.remaining = r.count(hAnthropicLimit), r.count(hAnthropicRemaining)
+		if v, _ := r.value(hAnthropicReset); v != "" {
+			if t, err := time.Parse(time.RFC3339, v); err == nil {
+				r.setReset(&q, t.Sub(r.serverTime()))
+			}
+		}
+		r.add(q)
+	}
+
+	if v, ok := r.value(hXShopify); ok {
+		used, size, _ := strings.Cut(v, "/")
+		u, uok := parseCount(trimOWS(used))
+		s, sok := parseCount(trimOWS(size))
+		if uok && sok {
+			q := unknownQuota()
+			q.limit, q.remaining = s, max(s-u, 0)
+			r.add(q)
+		}
+	}
+
+	for i, scope := range azureScopes {
+		if r.keys[hXAzure+i] != "" {
+			q := unknownQuota()
+			q.remaining, q.partition = r.count(hXAzure+i), scope
+			r.add(q)
+		}
+	}
+}
+
+// parseCount reads 1*DIGIT, saturating at the largest int64. A sign, a
+// fraction or anything else is malformed.
+func parseCount(v string) (int64, bool) {
+	if v == "" {
+		return 0, false
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, false
+		}
+		if d := int64(v[i] - '0'); n <= (math.MaxInt64-d)/10 {
+			n = n*10 + d
+		} else {
+			n = math.MaxInt64 // and stays there, while the rest is checked
+		}
+	}
+	return n, true
+}
+
+// parseSeconds reads seconds with an optional fraction ("1470173023.123",
+// as Discord sends them), saturating.
+func parseSeconds(v string) (sec, nsec int64, ok bool) {
+	whole, frac, _ := strings.Cut(v, ".")
+	sec, ok = parseCount(whole)
+	if !ok || !allDigits(frac) {
+		return 0, 0, false
+	}
+	for i, scale := 0, int64(1e8); i < len(frac) && scale > 0; i, scale = i+1, scale/10 {
+		nsec += int64(frac[i]-'0') * scale
+	}
+	return sec, nsec, true
+}
+
+// satSeconds returns sec seconds plus nsec nanoseconds (|nsec| < 2e9),
+// saturating at the largest Duration; the result may be negative.
+func satSeconds(sec, nsec int64) time.Duration {
+	const maxSec = math.MaxInt64/int64(time.Second) - 2
+	switch {
+	case sec > maxSec:
+		return math.MaxInt64
+	case sec < -maxSec:
+		return math.MinInt64 / 2
+	}
+	return time.Duration(sec)*time.Second + time.Duration(nsec)
+}
+
+func trimOWS(s string) string { return strings.Trim(s, " \t") }
+
+// seconds is n seconds, saturating.
+func seconds(n int64) time.Duration { return satSeconds(n, 0) }
+
+// parseGoDuration reads a duration as OpenAI writes it ("6m0s", "20ms",
+// "2m59.56s"): time.ParseDuration's syntax without a sign, saturating
+// rather than failing when it is too long.
+func parseGoDuration(v string) (time.Duration, bool) {
+	if v == "0" {
+		return 0, true
+	}
+	if v == "" {
+		return 0, false
+	}
+	var d time.Duration
+	for v != "" {
+		i := 0
+		for i < len(v) && (v[i] >= '0' && v[i] <= '9' || v[i] == '.') {
+			i++
+		}
+		j := i
+		for j < len(v) && (v[j] < '0' || v[j] > '9') && v[j] != '.' {
+			j++
+		}
+		unit := durationUnit(v[i:j])
+		sec, nsec, ok := parseSeconds(v[:i])
+		if unit == 0 || !ok {
+			return 0, false
+		}
+		// sec.nsec units in nanoseconds, without overflowing: a unit of a
+		// second or more is a whole number of seconds.
+		frac := nsec * int64(unit) / int64(time.Second)
+		if unit >= time.Second {
+			frac = nsec * int64(unit/time.Second)
+		}
+		n := time.Duration(math.MaxInt64)
+		if sec <= math.MaxInt64/int64(unit) {
+			n = satAdd(time.Duration(sec)*unit, time.Duration(frac))
+		}
+		d, v = satAdd(d, n), v[j:]
+	}
+	return d, true
+}
+
+// durationUnit is the length of a unit of time.ParseDuration, 0 if none.
+func durationUnit(u string) time.Duration {
+	switch u {
+	case "ns":
+		return time.Nanosecond
+	case "us", "µs", "μs":
+		return time.Microsecond
+	case "ms":
+		return time.Millisecond
+	case "s":
+		return time.Second
+	case "m":
+		return time.Minute
+	case "h":
+		return time.Hour
+	}
+	return 0
+}
+
+// satAdd returns a+b for non-negative a and b, saturating.
+func satAdd(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}

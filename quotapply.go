@@ -1,0 +1,168 @@
+package retryhttp
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/retryhttp/retryhttp/internal/perkey"
+)
+
+// quotaSample: a key that has never advertised a quota has the response of
+// one first attempt in this many read for one (per stripe of the requests
+// counter, the first of each stripe included), as well as every response
+// that is not a success. So a key whose server starts advertising is found
+// within a few dozen requests, or at its first 429, and a key that never
+// does pays one header scan per quotaSample requests: about 1.5 ns a
+// request on a typical response, where reading every one would cost 90.
+const quotaSample = 64
+
+// quotaShare is the share of an advertised rate that a key is paced at. A
+// window's reset comes in whole seconds and the client's clock is not the
+// server's, so a key paced at the full rate sends some window one request
+// more than its quota, answered 429; a twentieth below it, no window gets
+// more, and a batch takes a twentieth longer.
+const quotaShare = 0.95
+
+// readsQuota reports whether resp is read for the quota it advertises:
+// every response of a key that has advertised one, every response that is
+// not a success, and a sample of the rest.
+func (r *retrier) readsQuota(resp *http.Response) bool {
+	if r.t.noQuota {
+		return false
+	}
+	return r.sampled || resp.StatusCode >= 300 || (r.lane != nil && r.lane.Advertises())
+}
+
+// applyQuota reads the quota resp advertises and applies it to the
+// request's key (its quota partition, with WithQuotaPartition): a policy
+// with nothing left holds the key until its reset, unless the response
+// says when to come back itself (Retry-After wins), and the rate the
+// policies sustain caps the key's send rate. A cached response (Age above
+// zero) tells what the server counted when it was made, not now, and
+// changes nothing.
+func (r *retrier) applyQuota(resp *http.Response) {
+	h := resp.Header
+	if age := h["Age"]; len(age) > 0 && age[0] != "0" {
+		return
+	}
+	now := time.Now()
+	qs := parseQuotas(h, now, r.s.maxRetryAfter)
+	if qs.n == 0 {
+		return
+	}
+	l := r.laneOf()
+	learnWindows(&qs, l.Advertised())
+	a := perkey.Advert{At: now, N: qs.n}
+	if rate, burst, ok := qs.rate(); ok {
+		a.Rate, a.Left = quotaShare*rate, burst
+	}
+	for i, q := range qs.list[:qs.n] {
+		p := perkey.Policy{Partition: q.partition, Limit: q.limit, Window: q.window, Remaining: q.remaining}
+		if q.reset >= 0 {
+			p.Reset = now.Add(q.reset)
+			p.ServerReset = qs.server.Add(q.asked)
+			if a.For == 0 || q.reset < a.For {
+				a.For = q.reset
+			}
+		}
+		a.Policies[i] = p
+	}
+	if reset, _, ok := qs.exhausted(); ok && len(h["Retry-After"]) == 0 && len(h["Retry-After-Ms"]) == 0 {
+		a.HoldUntil = now.Add(reset)
+		r.t.stats.quotaHeld.Add(1)
+	}
+	r.t.stats.quotas.Add(1)
+	r.report(l.Advertise(a))
+	if r.hooks.any() {
+		v := l.View(now)
+		fire(r.hooks, (*Hooks).quota, QuotaInfo{Request: r.req, Key: r.keyOf().String(), Quotas: quotasOf(a), Rate: v.Rate, HeldUntil: a.HoldUntil})
+	}
+}
+
+// learnWindows fills in the window of a policy that does not advertise
+// one (X-RateLimit-Limit, -Remaining and -Reset say nothing of it) from
+// the key's previous answer: a window that has ended moves the reset, on
+// the server's clock, by the window's length; the shortest move seen is
+// kept. Without it the policy's rate would be its remaining over its
+// reset, which a reset in whole seconds reads far too low, and a sliding
+// window (go-chi/httprate) lower still.
+func learnWindows(qs *quotas, prev perkey.Advert) {
+	for i := range qs.list[:qs.n] {
+		q := &qs.list[i]
+		if q.window > 0 || q.limit <= 0 || q.asked < 0 {
+			continue
+		}
+		at := qs.server.Add(q.asked)
+		for _, p := range prev.Policies[:prev.N] {
+			if p.Partition != q.partition || p.Limit != q.limit || p.ServerReset.IsZero() {
+				continue
+			}
+			moved := at.Sub(p.ServerReset)
+			switch {
+			case moved >= time.Second && (p.Window == 0 || moved < p.Window):
+				q.window = moved
+			case p.Window > 0:
+				q.window = p.Window
+			}
+			break
+		}
+	}
+}
+
+// Quota is one quota policy a server advertised in its rate-limit
+// headers (RateLimit and RateLimit-Policy, X-RateLimit-*, and the vendors'
+// forms): its limit per window, what is left, and when the window resets.
+type Quota struct {
+	// Partition is the server's name for the quota's partition: the pk
+	// parameter of RateLimit, or GitHub's x-ratelimit-resource; "" when it
+	// names none.
+	Partition string
+	Limit     int64         // requests per window; -1 unknown
+	Window    time.Duration // the window; 0 unknown
+	Remaining int64         // requests left in the window; -1 unknown
+	Reset     time.Time     // when the window resets, clamped like a Retry-After; the zero time unknown
+}
+
+// quotasOf returns the policies of a as Quotas; nil for none.
+func quotasOf(a perkey.Advert) []Quota {
+	if a.N == 0 {
+		return nil
+	}
+	out := make([]Quota, a.N)
+	for i, p := range a.Policies[:a.N] {
+		out[i] = Quota{Partition: p.Partition, Limit: p.Limit, Window: p.Window, Remaining: p.Remaining, Reset: p.Reset}
+	}
+	return out
+}
+
+// WithQuotaPartition names the quota partition each request spends, for a
+// server that keeps several quotas on one host: one per API key (the pk of
+// the IETF RateLimit field), or per resource (GitHub's search and core).
+// Requests of different partitions are kept apart, as if their keys
+// differed: each partition has its own hold, send rate and circuit, so one
+// partition's exhausted quota does not slow the others. f returns the
+// partition; "" leaves the request in its key's own. nil, the default,
+// keeps one partition per key: a server's quotas for several partitions
+// then all apply to every request of the key.
+//
+//	retryhttp.WithQuotaPartition(func(r *http.Request) string {
+//		if strings.HasPrefix(r.URL.Path, "/search/") {
+//			return "search"
+//		}
+//		return "core"
+//	})
+//
+// f is called for every request, so it should be cheap; it must not
+// modify the request.
+func WithQuotaPartition(f func(*http.Request) string) Option {
+	return newTransportOption("WithQuotaPartition", func(t *Transport) { t.partFunc = f })
+}
+
+// WithQuotaHeaders turns the reading of servers' rate-limit headers on
+// (the default) or off. On, a key whose server advertises its quota is
+// held while the quota is exhausted, until it resets, and paced at the
+// rate the quota sustains, so that a batch is not refused at all; off,
+// only 429s and Retry-After shape the key's send rate.
+func WithQuotaHeaders(on bool) Option {
+	return newTransportOption("WithQuotaHeaders", func(t *Transport) { t.noQuota = !on })
+}
