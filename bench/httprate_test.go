@@ -44,7 +44,7 @@ func TestHTTPRate(t *testing.T) {
 	for _, cl := range clients {
 		// A fresh limiter per client: none inherits another's window.
 		ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-		srv := httptest.NewServer(httprate.LimitAll(limit, time.Second)(ok))
+		srv := httptest.NewServer(httprate.LimitBy(limit, time.Second, httprate.Key("*"))(ok))
 		base := NewBatchBase(workers)
 		r := RunBatch(cl, base, srv.URL+"/item", c)
 		base.CloseIdleConnections()
