@@ -14,7 +14,9 @@ func (r *retrier) attempt() (*http.Response, error) {
 	areq := r.queued
 	r.attempts++
 	if r.attempts == 1 {
-		r.sampled = r.t.stats.first.add()%quotaSample == 1
+		n := r.t.stats.first.add()
+		r.sampled = n%quotaSample == 1 // a quota's (quotapply.go)
+		r.clocked = n%timeSample == 1  // the slow-call rule's (slowcall.go)
 	} else {
 		r.t.stats.retries.Add(1)
 	}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // okNext is the in-memory next of the success-path benchmarks: it closes
@@ -56,16 +57,25 @@ func BenchmarkRoundTrip(b *testing.B) {
 		{"retryhttp-fleet", New(next, WithFleet(NewFleet(newMemStore(0), FleetConfig{})))},
 	}
 	ownGetBody := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(payload)), nil }
-	for _, method := range []string{http.MethodGet, http.MethodPut, "PUT-ownGetBody"} {
+	// GET-deadline: a GET whose context has a deadline, the common case
+	// of a caller with a timeout; its attempts are timed (slowcall.go).
+	deadline, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	for _, method := range []string{http.MethodGet, "GET-deadline", http.MethodPut, "PUT-ownGetBody"} {
 		for _, c := range cases {
 			b.Run(method+"/"+c.name, func(b *testing.B) {
 				var body *bytes.Reader
 				var r io.Reader // nil for a GET: a typed nil would not be
-				if method != http.MethodGet {
+				if !strings.HasPrefix(method, http.MethodGet) {
 					body = bytes.NewReader(payload)
 					r = body
 				}
-				req, err := http.NewRequest(strings.TrimSuffix(method, "-ownGetBody"), "http://example.test/x", r)
+				ctx := context.Background()
+				if method == "GET-deadline" {
+					ctx = deadline
+				}
+				verb, _, _ := strings.Cut(method, "-")
+				req, err := http.NewRequestWithContext(ctx, verb, "http://example.test/x", r)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -102,7 +102,9 @@ type BreakerConfig struct {
 	// connections and never answers) then trips its circuit under
 	// callers' deadlines, with no attempt timeout; a healthy host slower
 	// than a caller's deadline does not, as its answers have shown how
-	// long it takes. Only requests whose context can end are timed, so a
+	// long it takes. The answers timed are those of one request in 8, and
+	// every one to a host whose callers gave up on an attempt within the
+	// last minute; only requests whose context can end are timed, so a
 	// host whose every answer went to callers without a deadline has no
 	// answer time, and SlowAfter alone decides. 0 means 1 s; a negative
 	// value turns the rule off (a caller giving up then tells the circuit

@@ -25,41 +25,51 @@ const defaultSlowAfter = time.Second
 // that accepts connections and never answers leaves its callers nothing
 // else to see, and with no attempt timeout (none by default) its circuit
 // would never open: every caller would wait its whole deadline, with a
-// connection held, however long the outage. So the transport times the
+// connection held, however long the outage. So the transport times
 // attempts of requests whose context can end, and counts one as a failure
 // of its key when it was sent, got no response headers before the
 // caller's context ended, and ran longer than the key's slow-call
 // threshold (perkey.Lane.Slow): BreakerConfig.SlowAfter, and twice the
 // key's answer time, which the timed successes feed.
 //
-// The success path of a request whose context cannot end (the Background
-// context) takes no timestamp: such a request never ends this way, and
-// the clock would cost it two reads of the time. Nor does a transport
-// without a breaker, which has no circuit to tell. A request with a
-// deadline pays for two reads of the clock per attempt, and an atomic
-// load of its key's answer time when it succeeds (a write only when the
-// answer time changes), with no lock, allocation or goroutine.
+// Two reads of the clock cost as much as the rest of a successful
+// request's way through the transport, so the attempts timed are those
+// of one request in timeSample, which keeps a key's answer time known,
+// and every attempt to a key that is watched: one whose callers have
+// given up on an attempt within the last perkey.WatchFor. A hung host is
+// judged on every attempt from its callers' first give-ups on (and on the
+// sampled ones among the first), while a key whose callers never give up
+// costs a request nothing but a counter it already increments and one
+// atomic load. A request whose context cannot end (the Background
+// context) is never timed: it never ends this way. Nor is one through a
+// transport without a breaker, which has no circuit to tell. Timing
+// takes no lock, allocation or goroutine.
 
-// timed reports whether the attempts of the request are timed: it goes
-// through a breaker with the rule on (settings.slowCalls, set by New, so
-// that the success path reads the settings it has at hand rather than
-// follow pointers to the breaker's configuration), and its context can end
-// or its attempts have a timeout. The context is asked last: its Done is
-// a call through an interface.
-func (r *retrier) timed() bool { return r.s.slowCalls && r.mayEnd() }
+// timeSample: one request in timeSample has its attempts timed whether
+// or not its key is watched. A key's answer time rises at once to its
+// slowest timed answer, so a sample finds a slow host's latency within a
+// few requests; and 8 keeps the cost of the clock, averaged over the
+// requests, within the noise of the success path.
+const timeSample = 8
 
-// mayEnd reports whether the request's context can end, or its attempts
-// have a timeout, for a request that has its key's lane.
-func (r *retrier) mayEnd() bool {
-	return r.lane != nil && (r.s.attemptTimeout > 0 || r.req.Context().Done() != nil)
+// timed reports whether the latest attempt of the request is to be timed:
+// it goes through a breaker with the rule on (settings.slowCalls, set by
+// New, so that the success path reads the settings it has at hand rather
+// than follow pointers to the breaker's configuration), it is one of the
+// sample or its key is watched, and its context can end or its attempts
+// have a timeout. The context is asked last: its Done is a call through
+// an interface.
+func (r *retrier) timed() bool {
+	return r.s.slowCalls && r.lane != nil && (r.clocked || r.lane.Watched()) &&
+		(r.s.attemptTimeout > 0 || r.req.Context().Done() != nil)
 }
 
 // sendClocked sends the attempt of a timed request, timing it from the
 // call to the response headers or the error.
 func (r *retrier) sendClocked(areq *http.Request) (*http.Response, error) {
-	start := time.Now()
+	r.start = time.Now()
 	resp, err := r.sendWithTimeout(areq)
-	r.took, r.timing = time.Since(start), unanswered
+	r.took, r.timing = time.Since(r.start), unanswered
 	if err == nil {
 		r.timing = answered
 	}
@@ -79,21 +89,31 @@ const (
 // once classify has given it: a timed success feeds its key's answer time;
 // a timed attempt that got no answer before its caller's context ended,
 // after longer than its key's slow-call threshold, becomes a failure of
-// the key (still not retried: the caller has gone).
+// the key (still not retried: the caller has gone). Any attempt that its
+// caller gave up on starts, or prolongs, its key's watch.
 func (r *retrier) judgeTime(v *verdict) {
-	if r.timing != untimed {
-		r.judgeTimed(v) // the untimed success path stops at the check, inlined
+	switch {
+	case r.timing != untimed:
+		r.judgeTimed(v) // the untimed success path stops at two checks, inlined
+	case v.why == ReasonContextDone && r.s.slowCalls && r.lane != nil:
+		r.lane.Watch(time.Now())
 	}
 }
 
 func (r *retrier) judgeTimed(v *verdict) {
 	timing := r.timing
 	r.timing = untimed
-	switch {
-	case timing == answered && v.host == perkey.Success:
+	end := r.start.Add(r.took)
+	if timing == unanswered && v.why == ReasonContextDone {
+		r.lane.Watch(end)
+		if r.lane.Slow(r.took) {
+			v.host = perkey.Failure
+			r.t.stats.slowAttempts.Add(1)
+		}
+		return
+	}
+	r.lane.Timed(end)
+	if timing == answered && v.host == perkey.Success {
 		r.lane.Answered(r.took)
-	case timing == unanswered && v.why == ReasonContextDone && r.lane.Slow(r.took):
-		v.host = perkey.Failure
-		r.t.stats.slowAttempts.Add(1)
 	}
 }

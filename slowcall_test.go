@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/perkey"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -59,6 +60,17 @@ func burstOf(tr *Transport, workers, each int, deadline time.Duration) []error {
 	}
 	wg.Wait()
 	return errs
+}
+
+// getWithin sends one GET through tr with a deadline d from now.
+func getWithin(tr *Transport, d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	resp, err := tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
+	if err == nil {
+		resp.Body.Close()
+	}
+	return err
 }
 
 // opened records whether the breaker's circuits ever opened.
@@ -141,6 +153,8 @@ func TestSlowCallShortDeadlineHealthyHost(t *testing.T) {
 				br := NewBreaker(cfg)
 				tr := New(host, WithBreaker(br))
 				if c.warm {
+					// The transport's first request is one of the sample
+					// whose attempts are timed: its counter's first count.
 					ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 					resp, err := tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
 					cancel()
@@ -187,28 +201,54 @@ func TestSlowCallShortDeadlineHealthyHost(t *testing.T) {
 	}
 }
 
-// A request whose context cannot end is never timed: with the rule on
-// and a host that never answers quickly, its success feeds no answer time
-// (so a later caller's 1.2 s deadline still counts against a host that
-// hangs).
+// watchable is a transport with the default breaker to a slowHost that
+// answers after latency, and the lane of the host's key.
+func watchable(latency time.Duration) (*Transport, *perkey.Lane) {
+	br := NewBreaker(BreakerConfig{})
+	tr := New(&slowHost{latency: latency}, WithBreaker(br))
+	return tr, br.set.Lane(tr.requestKey(newReq(context.Background(), http.MethodGet, nil)))
+}
+
+// A request whose context cannot end is never timed, even to a watched
+// key: its success feeds no answer time (so a later caller's 1.2 s
+// deadline still counts against a host that hangs). A request with a
+// deadline to the same watched key is timed.
 func TestSlowCallBackgroundNotTimed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		host := &slowHost{latency: 1500 * time.Millisecond}
-		br := NewBreaker(BreakerConfig{})
-		tr := New(host, WithBreaker(br))
+		tr, l := watchable(1500 * time.Millisecond)
+		l.Watch(time.Now())
 		resp, err := tr.RoundTrip(newReq(context.Background(), http.MethodGet, nil))
 		require.NoError(t, err)
 		resp.Body.Close()
-		l := br.set.Peek(tr.requestKey(newReq(context.Background(), http.MethodGet, nil)))
-		require.NotNil(t, l)
 		assert.Zero(t, l.AnswerTime(), "an untimed success feeds no answer time")
 
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		resp, err = tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
-		require.NoError(t, err)
-		resp.Body.Close()
+		require.NoError(t, getWithin(tr, 10*time.Second))
 		assert.Equal(t, 1500*time.Millisecond, l.AnswerTime(), "a timed one does")
+	})
+}
+
+// A caller that gives up on an attempt makes its key watched, whether or
+// not the attempt was timed: every attempt to the key is then timed, and
+// the first timed attempt that ends more than perkey.WatchFor after the
+// latest give-up ends the watch.
+func TestSlowCallWatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr, l := watchable(100 * time.Millisecond)
+		get := func(d time.Duration) error { return getWithin(tr, d) }
+		assert.False(t, l.Watched(), "a new key is not watched")
+		require.ErrorIs(t, get(50*time.Millisecond), context.DeadlineExceeded)
+		assert.True(t, l.Watched(), "a caller gave up: the key is watched")
+		assert.Zero(t, tr.Stats().SlowAttempts, "50 ms is below SlowAfter: nothing counts")
+
+		for range 20 {
+			require.NoError(t, get(time.Second))
+			assert.True(t, l.Watched(), "within WatchFor of the give-up")
+		}
+		assert.Equal(t, 100*time.Millisecond, l.AnswerTime(), "the watched key's answers are timed")
+
+		time.Sleep(perkey.WatchFor) // virtual time: past the watch's end
+		require.NoError(t, get(time.Second))
+		assert.False(t, l.Watched(), "the first timed attempt past the watch's end ends it")
 	})
 }
 

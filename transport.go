@@ -275,6 +275,10 @@ type retrier struct {
 	// slowcall.go).
 	took   time.Duration
 	timing timing
+	start  time.Time // when the latest timed attempt was sent
+	// clocked: the request is one of the sample whose attempts are timed
+	// even if its key is not watched (see timed).
+	clocked bool
 	// sampled: the request's responses are read for a quota even if its
 	// key has never advertised one (see readsQuota).
 	sampled bool

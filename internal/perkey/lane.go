@@ -113,6 +113,7 @@ type Lane struct {
 	succ    atomic.Int64 // successes during the failure period
 	prev    atomic.Int64 // previous delay drawn for this key
 	answer  atomic.Int64 // the key's answer time, in nanoseconds (latency.go)
+	watch   atomic.Int64 // when the key's watch ends, in Unix nanoseconds; 0: not watched
 	// pace limits the key's send rate after it throttled; nil, with the
 	// paced bit clear, for a key that never did (or recovered since).
 	pace  atomic.Pointer[pacer]

@@ -21,6 +21,40 @@ import "time"
 // It is fed only by answers that were timed anyway (see the root
 // package's slowcall.go), and it is an estimate: two answers recorded at
 // once may lose one's update, which the next answer makes up for.
+//
+// Timing an attempt costs two reads of the clock, as much as the rest of
+// a request's way through the transport, so not every attempt is timed:
+// a sample of the requests, which keeps the answer time known, and every
+// attempt to a key while it is watched. A key is watched from the moment
+// a caller gives up on one of its attempts (its context ends first), for
+// WatchFor after the latest such moment: a host that stops answering is
+// then judged on every attempt, from its callers' first give-ups on, and
+// a key whose callers never give up costs its requests no clock.
+
+// WatchFor is how long every attempt to a key is timed after a caller
+// last gave up on one: long enough to span a hung host's failure period
+// (twice the breaker's span by default) and its open circuit's first
+// probes.
+const WatchFor = time.Minute
+
+// Watch records that, at now, a caller gave up on an attempt to the key:
+// every attempt to it is timed until WatchFor after now. The end is kept
+// as a wall-clock instant: a step of the clock only lengthens or shortens
+// a watch, which decides which attempts are timed, never what counts.
+func (l *Lane) Watch(now time.Time) {
+	l.watch.Store(now.Add(WatchFor).UnixNano())
+}
+
+// Watched reports whether every attempt to the key is to be timed.
+func (l *Lane) Watched() bool { return l.watch.Load() != 0 }
+
+// Timed records that a timed attempt to the key ended at now: past the
+// end of its watch, the key is no longer watched.
+func (l *Lane) Timed(now time.Time) {
+	if w := l.watch.Load(); w != 0 && now.UnixNano() > w {
+		l.watch.CompareAndSwap(w, 0)
+	}
+}
 
 // Answered records that an attempt to the key was answered after d.
 func (l *Lane) Answered(d time.Duration) {

@@ -51,3 +51,21 @@ func TestAnsweredAllocs(t *testing.T) {
 	allocs := testing.AllocsPerRun(1000, func() { l.Answered(700 * time.Millisecond) })
 	assert.Zero(t, allocs)
 }
+
+// A give-up watches the key until WatchFor after the latest one; a timed
+// attempt that ends past that ends the watch, one that ends before it
+// does not.
+func TestWatch(t *testing.T) {
+	l := NewSet(defaults()).Lane(Key{})
+	now := time.Now()
+	assert.False(t, l.Watched(), "a new key")
+	l.Timed(now)
+	assert.False(t, l.Watched(), "a timed attempt does not start a watch")
+	l.Watch(now)
+	l.Watch(now.Add(time.Second))
+	assert.True(t, l.Watched())
+	l.Timed(now.Add(WatchFor))
+	assert.True(t, l.Watched(), "within WatchFor of the latest give-up")
+	l.Timed(now.Add(time.Second + WatchFor + 1))
+	assert.False(t, l.Watched(), "past it")
+}
