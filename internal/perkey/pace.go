@@ -44,6 +44,7 @@ type pacer struct {
 	throttles uint64        // guarded by mu
 	admitted  tally         // successes of paced attempts; guarded by mu
 	flat      bool          // the curve since the latest cut is the flat one (see flatShare); guarded by mu
+	heldFrom  time.Time     // when the latest Retry-After's hold began (it ends at cutAt); guarded by mu
 	inflight  int           // attempts it let go whose outcome has not come back; guarded by mu
 	// The quota the server advertised (see Advertise): the rate it
 	// sustains, until when that holds, and the requests it has left,
@@ -75,7 +76,7 @@ func (p *pacer) rateAtLocked(now time.Time) float64 {
 			// so that the window it first overfills is refused a few
 			// requests, not hundreds.
 			r = math.Min(slowStartRate*math.Exp2(t/slowStartStep.Seconds()), r)
-			if a := p.admitted.rate(now, admittedSpan); a > 0 && p.admitted.from.Before(p.cutAt) {
+			if a := p.admitted.rateBeside(now, admittedSpan, p.heldFrom, p.cutAt); a > 0 && p.admitted.from.Before(p.cutAt) {
 				r = math.Min(r, math.Max(1.25*a, slowStartRate))
 			}
 		case p.wmax == 0:
@@ -221,6 +222,27 @@ func (c *tally) rate(now time.Time, d time.Duration) float64 {
 	return float64(total) / span.Seconds()
 }
 
+// rateBeside is rate over the past d, leaving out of the span the time
+// from held to until, when nothing could be admitted.
+func (c *tally) rateBeside(now time.Time, d time.Duration, held, until time.Time) float64 {
+	r := c.rate(now, d)
+	if r == 0 || !until.After(held) {
+		return r
+	}
+	per := admittedSpan / time.Duration(len(c.n))
+	span := min(max(now.Sub(c.from), per), min(d, admittedSpan))
+	start := now.Add(-span)
+	end := until
+	if now.Before(end) {
+		end = now
+	}
+	overlap := end.Sub(later(held, start))
+	if overlap <= 0 {
+		return r
+	}
+	return r * span.Seconds() / max(span-overlap, per).Seconds()
+}
+
 // throttle cuts the rate after a throttling answer to an attempt sent at
 // gen. Answers to attempts sent before the latest cut were caused by the
 // old rate, and answers before the server has admitted anything at the
@@ -252,6 +274,9 @@ func (p *pacer) throttle(now, from time.Time, gen uint64) {
 		}
 	} else {
 		p.flat = from.After(now)
+	}
+	if from.After(now) {
+		p.heldFrom = now
 	}
 	p.gen++
 	// The curve starts when the next attempt may go: after the hold a
