@@ -73,8 +73,10 @@ func (p *pacer) rateAtLocked(now time.Time) float64 {
 			// all that is sent past its quota, and the key has waited
 			// out a window; the rate grows to no more than a quarter
 			// above what the server admitted over the past two seconds,
-			// so that the window it first overfills is refused a few
-			// requests, not hundreds.
+			// counted over the time the key could send (the hold left
+			// out: counted in, it would halve the rate the key comes
+			// back at), so that the window it first overfills is
+			// refused a few requests, not hundreds.
 			r = math.Min(slowStartRate*math.Exp2(t/slowStartStep.Seconds()), r)
 			if a := p.admitted.rateBeside(now, admittedSpan, p.heldFrom, p.cutAt); a > 0 && p.admitted.from.Before(p.cutAt) {
 				r = math.Min(r, math.Max(1.25*a, slowStartRate))
