@@ -76,3 +76,21 @@ func TestPaceSlowStartEstimate(t *testing.T) {
 		assert.InDelta(t, 1.03, d.Seconds(), 0.01) // 0.2·log2(1 + 100·ln2/(10·0.2))
 	})
 }
+
+// rateBeside counts what was admitted over the time the key could send:
+// a hold inside the span is left out of it, one outside changes nothing.
+func TestTallyRateBeside(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	var c tally
+	for i := range 40 {
+		c.add(t0.Add(time.Duration(i) * 25 * time.Millisecond)) // 40/s over the first second
+	}
+	now := t0.Add(2*time.Second - time.Millisecond) // the span's oldest slot still holds t0's
+	assert.InDelta(t, 20, c.rate(now, admittedSpan), 0.5, "40 over the 2 s span")
+	assert.InDelta(t, 20, c.rateBeside(now, admittedSpan, now, now.Add(time.Second)), 0.5, "a hold after now")
+	assert.InDelta(t, 20, c.rateBeside(now, admittedSpan, t0.Add(-3*time.Second), t0.Add(-time.Second)), 0.5, "a hold before the span")
+	assert.InDelta(t, 40, c.rateBeside(now, admittedSpan, t0.Add(time.Second), now), 1, "held the second half of the span: 40 over 1 s")
+	assert.InDelta(t, 40, c.rateBeside(now, admittedSpan, t0.Add(time.Second), now.Add(time.Hour)), 1, "a hold still going counts up to now")
+	var empty tally
+	assert.Zero(t, empty.rateBeside(now, admittedSpan, t0, now), "nothing admitted")
+}
