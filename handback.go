@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"time"
 )
 
 // endSent ends the latest attempt's tracked body when RoundTrip hands back
@@ -27,7 +28,7 @@ import (
 // under a response body not yet read. The write's later reads wait
 // instead, without touching the caller's body, until the caller has read
 // the response body to its end or closed it, or the request's context
-// ends; then they fail.
+// ends, or parkLimit has passed; then they fail.
 func (r *retrier) endSent(resp *http.Response) *http.Response {
 	ctx := r.req.Context()
 	if resp == nil || !r.sent.open() {
@@ -35,7 +36,7 @@ func (r *retrier) endSent(resp *http.Response) *http.Response {
 		_ = r.sent.release(ctx, nil)
 		return resp
 	}
-	p := &parking{done: make(chan struct{}), ctxDone: ctx.Done()}
+	p := &parking{done: make(chan struct{}), ctxDone: ctx.Done(), limit: time.NewTimer(parkLimit)}
 	_ = r.sent.release(ctx, p)
 	resp.Body = &handedBack{ReadCloser: resp.Body, p: p}
 	return resp
@@ -62,12 +63,24 @@ func (b *sentBody) nextBody() *sentBody {
 	return b.more
 }
 
+// parkLimit bounds how long the write's reads wait for the caller to be
+// done with the response handed back. A server that answers early and
+// then reads the whole upload before it ends its response (full duplex
+// over HTTP/1.1) cannot end the response until the write ends, while the
+// caller reading it waits for its end; past the limit the write fails,
+// and the server sees the upload cut. A second is long enough for a
+// caller to read an error body, which has mostly arrived with its
+// headers.
+const parkLimit = time.Second
+
 // parking holds the reads of a released body until the response handed
-// back with it is done with, or the request's context ends.
+// back with it is done with, the request's context ends, or its limit
+// passes.
 type parking struct {
 	done    chan struct{}
 	once    sync.Once
 	ctxDone <-chan struct{} // nil: a context that never ends
+	limit   *time.Timer
 }
 
 // wait blocks until p ends; a nil p does not block.
@@ -78,10 +91,17 @@ func (p *parking) wait() {
 	select {
 	case <-p.done:
 	case <-p.ctxDone:
+	case <-p.limit.C:
+		p.end() // the timer ticks once: end p for every later read
 	}
 }
 
-func (p *parking) end() { p.once.Do(func() { close(p.done) }) }
+func (p *parking) end() {
+	p.once.Do(func() {
+		close(p.done)
+		p.limit.Stop()
+	})
+}
 
 // handedBack is the body of a failure handed back while its request's
 // write was still going: its end, a read error, or its Close lets the
@@ -99,8 +119,9 @@ func (b *handedBack) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Close ends the park before it closes the response body: HTTP/2's Close
+// waits for the request's write to end, which may be parked.
 func (b *handedBack) Close() error {
-	err := b.ReadCloser.Close()
 	b.p.end()
-	return err
+	return b.ReadCloser.Close()
 }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -49,10 +50,25 @@ type earlyNext struct {
 	err    error
 	resume chan struct{}
 	wrote  chan error
+	// closeWaits: the response body's Close waits for the write to end,
+	// as HTTP/2's does; ended is closed when it has.
+	closeWaits bool
+	ended      chan struct{}
 }
 
 func newEarlyNext(status int, err error) *earlyNext {
-	return &earlyNext{status: status, err: err, resume: make(chan struct{}), wrote: make(chan error, 1)}
+	return &earlyNext{status: status, err: err, resume: make(chan struct{}), wrote: make(chan error, 1), ended: make(chan struct{})}
+}
+
+// waitingBody is a response body whose Close waits for ended.
+type waitingBody struct {
+	io.Reader
+	ended <-chan struct{}
+}
+
+func (b waitingBody) Close() error {
+	<-b.ended
+	return nil
 }
 
 func (n *earlyNext) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -65,6 +81,7 @@ func (n *earlyNext) RoundTrip(req *http.Request) (*http.Response, error) {
 		for {
 			if _, err := req.Body.Read(buf); err != nil {
 				req.Body.Close()
+				close(n.ended)
 				n.wrote <- err
 				return
 			}
@@ -73,7 +90,11 @@ func (n *earlyNext) RoundTrip(req *http.Request) (*http.Response, error) {
 	if n.err != nil {
 		return nil, n.err
 	}
-	return newResponse(req, n.status, io.NopCloser(bytes.NewReader([]byte("error page")))), nil
+	page := bytes.NewReader([]byte("error page"))
+	if n.closeWaits {
+		return newResponse(req, n.status, waitingBody{page, n.ended}), nil
+	}
+	return newResponse(req, n.status, io.NopCloser(page)), nil
 }
 
 // A failure that RoundTrip hands back while the next RoundTripper is still
@@ -145,11 +166,12 @@ func TestHandBackFailureNotReadAgain(t *testing.T) {
 // A response handed back while its write goes on, and never read: closing
 // it ends the write; so does the end of the request's context.
 func TestHandBackParkedWriteEnds(t *testing.T) {
-	for _, end := range []string{"close", "context"} {
+	for _, end := range []string{"close", "close, HTTP/2", "context", "limit"} {
 		t.Run(end, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				body := &watchedReader{r: bytes.NewReader(bytes.Repeat([]byte("u"), 1<<20))}
 				next := newEarlyNext(503, nil)
+				next.closeWaits = end == "close, HTTP/2"
 				tr := New(next, WithBudget(nil), WithBreaker(nil), WithMaxAttempts(1))
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
@@ -165,12 +187,23 @@ func TestHandBackParkedWriteEnds(t *testing.T) {
 					t.Fatal("the write ended before the response was done with")
 				default:
 				}
-				if end == "close" {
+				parked := time.Now()
+				switch end {
+				case "close", "close, HTTP/2":
+					// HTTP/2's Close waits for the write: the park ends
+					// first, or Close would never return.
 					resp.Body.Close()
-				} else {
+				case "context":
 					cancel()
+				case "limit":
+					// Neither: a server that reads the whole upload before
+					// it ends its response would never let the caller
+					// finish reading it.
 				}
 				werr := <-next.wrote
+				if end == "limit" {
+					assert.Equal(t, parkLimit, time.Since(parked), "the write waits parkLimit, no more")
+				}
 				assert.True(t, errors.Is(werr, errBodyReleased), "the write fails: %v", werr)
 				assert.Zero(t, body.late.Load(), "the caller's body is not read after RoundTrip returns")
 				resp.Body.Close()
