@@ -94,21 +94,24 @@ type BreakerConfig struct {
 	// 0 means 65,536.
 	MaxHosts int
 	// SlowAfter is the least time an attempt must have waited for its
-	// response headers, when its caller's context ends, to count as a
-	// failure of its host: an attempt that was sent and got no answer
-	// before its caller gave up counts when it ran longer than SlowAfter
-	// and longer than twice the host's recent answers took (the slowest
-	// of them, followed as it comes down). A host that hangs (accepts
-	// connections and never answers) then trips its circuit under
-	// callers' deadlines, with no attempt timeout; a healthy host slower
-	// than a caller's deadline does not, as its answers have shown how
-	// long it takes. The answers timed are those of one request in 8, and
-	// every one to a host whose callers gave up on an attempt within the
-	// last minute; only requests whose context can end are timed, so a
-	// host whose every answer went to callers without a deadline has no
-	// answer time, and SlowAfter alone decides. 0 means 1 s; a negative
-	// value turns the rule off (a caller giving up then tells the circuit
-	// nothing).
+	// response headers, when its caller's deadline passes, to count as a
+	// failure of its host: an attempt of a request without a body that
+	// got no answer before its caller's deadline counts when it ran
+	// longer than SlowAfter and longer than twice the host's recent
+	// answers took (the slowest of them, followed as it comes down). A
+	// host that hangs (accepts connections and never answers) then trips
+	// its circuit under callers' deadlines, with no attempt timeout; a
+	// healthy host slower than a caller's deadline does not, as its
+	// answers have shown how long it takes. A cancelled context never
+	// counts (a hedge that won elsewhere says nothing of this host), nor
+	// does a request with a body (its time may have gone into the
+	// caller's own slow upload). The answers timed are those of one
+	// request in 8, and every one to a host whose callers gave up on an
+	// attempt within the last minute; only requests whose context can
+	// end, or whose attempts have a timeout, are timed, so a host whose
+	// every answer went to callers without either has no answer time,
+	// and SlowAfter alone decides. 0 means 1 s; a negative value turns
+	// the rule off (a caller giving up then tells the circuit nothing).
 	SlowAfter time.Duration
 	// OnStateChange, if set, is called with every change of a circuit's
 	// state: trips, half-openings, closings, and what an operator does

@@ -29,6 +29,13 @@ import (
 // length) is handed back streaming, the bytes already read in front of
 // the rest. A buffered body's ContentLength is its length. Stats counts
 // the bodies buffered, cut and too large. 0 turns it off (the default).
+//
+// The read is bounded by the request's context only: WithAttemptTimeout
+// bounds the wait for the response headers, not the body. A body that
+// stalls without being cut keeps RoundTrip waiting until the context
+// ends, so give the request a deadline; and leave the option off for
+// streamed answers (server-sent events, long polls), which RoundTrip
+// would return only once the stream ends.
 func WithResponseBuffer(maxBytes int64) RequestOption {
 	nonNegative("WithResponseBuffer", maxBytes)
 	return newRequestOption("WithResponseBuffer", func(s *settings) { s.responseBuffer = maxBytes })

@@ -1,6 +1,8 @@
 package retryhttp
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -41,9 +43,14 @@ const defaultSlowAfter = time.Second
 // sampled ones among the first), while a key whose callers never give up
 // costs a request nothing but a counter it already increments and one
 // atomic load. A request whose context cannot end (the Background
-// context) is never timed: it never ends this way. Nor is one through a
-// transport without a breaker, which has no circuit to tell. Timing
+// context) and whose attempts have no timeout is never timed: it never
+// ends this way, and has no answer to time but its successes'; with an
+// attempt timeout, its successes feed the answer time. Nor is one through
+// a transport without a breaker, which has no circuit to tell. Timing
 // takes no lock, allocation or goroutine.
+//
+// Only a deadline blames the host, and only for a request with no body:
+// see blames.
 
 // timeSample: one request in timeSample has its attempts timed whether
 // or not its key is watched. A key's answer time rises at once to its
@@ -106,7 +113,7 @@ func (r *retrier) judgeTimed(v *verdict) {
 	end := r.start.Add(r.took)
 	if timing == unanswered && v.why == ReasonContextDone {
 		r.lane.Watch(end)
-		if r.lane.Slow(r.took) {
+		if r.lane.Slow(r.took) && r.blames() {
 			v.host = perkey.Failure
 			r.t.stats.slowAttempts.Add(1)
 		}
@@ -116,4 +123,15 @@ func (r *retrier) judgeTimed(v *verdict) {
 	if timing == answered && v.host == perkey.Success {
 		r.lane.Answered(r.took)
 	}
+}
+
+// blames reports whether the end of the caller's context, with no answer,
+// can say anything against the host: its deadline passed (a cancellation
+// may be the caller's own business: a hedged request won elsewhere, a
+// sibling in an errgroup failed), and the request had no body to send
+// (the wait may have gone into the caller's own slow upload, which the
+// host was still reading).
+func (r *retrier) blames() bool {
+	return (r.req.Body == nil || r.req.Body == http.NoBody) &&
+		errors.Is(r.req.Context().Err(), context.DeadlineExceeded)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -264,4 +265,48 @@ func TestSlowCallTimedSuccessAllocs(t *testing.T) {
 	l := tr.breaker.set.Peek(tr.requestKey(req))
 	require.NotNil(t, l)
 	assert.NotZero(t, l.AnswerTime(), "the successes were timed")
+}
+
+// Only a deadline blames a hung host, and only for a request with no
+// body: callers that cancel after 2 s (a hedge that won elsewhere), and
+// uploads whose 2 s deadlines pass (the time may be the caller's own slow
+// upload), leave its circuit closed. The same GETs with 2 s deadlines
+// open it (TestSlowCallHungHostTrips).
+func TestSlowCallOnlyDeadlinesBlame(t *testing.T) {
+	for _, c := range []string{"cancelled GETs", "PUTs past their deadlines"} {
+		t.Run(c, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				host := &slowHost{}
+				host.hung.Store(true)
+				o, cfg := opened()
+				tr := New(host, WithBreaker(NewBreaker(cfg)))
+				var wg sync.WaitGroup
+				for range 20 {
+					wg.Go(func() {
+						for range 5 {
+							var req *http.Request
+							var cancel context.CancelFunc
+							if c == "cancelled GETs" {
+								var ctx context.Context
+								ctx, cancel = context.WithCancel(context.Background())
+								time.AfterFunc(2*time.Second, cancel)
+								req = newReq(ctx, http.MethodGet, nil)
+							} else {
+								var ctx context.Context
+								ctx, cancel = context.WithTimeout(context.Background(), 2*time.Second)
+								req = newReq(ctx, http.MethodPut, strings.NewReader("upload"))
+							}
+							_, err := tr.RoundTrip(req)
+							assert.Error(t, err)
+							cancel()
+						}
+					})
+				}
+				wg.Wait()
+				assert.False(t, o.Load(), "the circuit never opens")
+				assert.Zero(t, tr.Stats().SlowAttempts, "no attempt counts against the host")
+				assert.Equal(t, int64(100), host.calls.Load(), "every request is sent")
+			})
+		})
+	}
 }

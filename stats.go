@@ -23,7 +23,7 @@ type Stats struct {
 	LocalResponses    uint64 // requests answered with a local 503 (WithCircuitOpenResponse)
 	Held              uint64 // admissions a hold stopped: the request waited for its end, or was refused
 	// SlowAttempts counts the attempts that counted as failures of their
-	// key because their caller's context ended while they waited, longer
+	// key because their caller's deadline passed while they waited, longer
 	// than the key's slow-call threshold, for response headers that never
 	// came (BreakerConfig.SlowAfter).
 	SlowAttempts uint64

@@ -107,6 +107,10 @@ func (r *retrier) waitRefused(err, cause error) error {
 		return err
 	case errors.Is(err, context.DeadlineExceeded):
 		return &waitedError{cause: cause, waited: r.waited, err: err}
+	case r.pastDeadline():
+		// The wait's end was the deadline: its own timer, set for that
+		// instant, fired before the context's.
+		return &waitedError{cause: cause, waited: r.waited, err: context.DeadlineExceeded}
 	}
 	return &waitedError{cause: cause, waited: r.waited}
 }
@@ -153,4 +157,11 @@ func (r *retrier) keep(resp *http.Response) {
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
 	r.kept = resp
+}
+
+// pastDeadline reports whether the request's context has a deadline that
+// has come.
+func (r *retrier) pastDeadline() bool {
+	dl, ok := r.req.Context().Deadline()
+	return ok && !time.Now().Before(dl)
 }

@@ -290,7 +290,16 @@ func TestWaitAddsNoGoroutine(t *testing.T) {
 		wg.Wait()
 		assert.Equal(t, int64(n), delivered.Load(), "delivered once the key was back; the first failure: %v", failed.Load())
 		synctest.Wait() // a lane's timer may be running its release
-		assert.Equal(t, before, runtime.NumGoroutine(), "goroutines after")
+		// Outside the bubble, the runtime's finalizer goroutine counts
+		// while it runs finalizers, which a GC on a loaded machine may
+		// have started: let it finish. A goroutine the requests left
+		// behind stays.
+		after := runtime.NumGoroutine()
+		for i := 0; i < 1000 && after > before; i++ {
+			runtime.Gosched()
+			after = runtime.NumGoroutine()
+		}
+		assert.Equal(t, before, after, "goroutines after")
 	})
 }
 
