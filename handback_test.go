@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -210,4 +211,52 @@ func TestHandBackParkedWriteEnds(t *testing.T) {
 			})
 		})
 	}
+}
+
+// Over a real HTTP/1.1 connection, a server that answers 503 at once and
+// then reads the whole upload before it ends its response (full duplex,
+// as http.ResponseController.EnableFullDuplex allows): the caller reading
+// the 503 handed back is not deadlocked with the parked write. The park
+// ends within parkLimit, the write fails, the server sees the upload cut,
+// and the caller's read ends; the caller's body is never read after
+// RoundTrip returns.
+func TestHandBackFullDuplexHTTP1(t *testing.T) {
+	received := make(chan int64, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		require.NoError(t, rc.EnableFullDuplex())
+		w.WriteHeader(http.StatusServiceUnavailable)
+		require.NoError(t, rc.Flush())
+		n, _ := io.Copy(io.Discard, r.Body)
+		received <- n
+	}))
+	defer srv.Close()
+	const size = 64 << 20 // more than the loopback socket buffers hold
+	body := &watchedReader{r: bytes.NewReader(make([]byte, size))}
+	tr := New(nil, WithMaxAttempts(1))
+	defer tr.CloseIdleConnections()
+	req, err := http.NewRequest(http.MethodPut, srv.URL, body)
+	require.NoError(t, err)
+	req.GetBody = body.getBody
+	req.ContentLength = size
+
+	resp, err := tr.RoundTrip(req)
+	require.NoError(t, err)
+	defer resp.Body.Close() // before srv.Close, which waits for the handler
+	body.returned.Store(true)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	read := make(chan error, 1)
+	go func() {
+		_, err := io.ReadAll(resp.Body)
+		read <- err
+	}()
+	bound := time.NewTimer(30 * time.Second) // a deadlock's detector, not a wait
+	defer bound.Stop()
+	select {
+	case <-read:
+	case <-bound.C:
+		t.Fatal("the caller's read of the 503 never ended: it waits for the server, which waits for the parked write")
+	}
+	assert.Less(t, <-received, int64(size), "the server sees the upload cut")
+	assert.Zero(t, body.late.Load(), "the caller's body is not read after RoundTrip returns")
 }
