@@ -75,7 +75,11 @@
 //   - A POST must not be applied twice: send an Idempotency-Key header (it
 //     is then retried), or mark requests with WithIdempotentIf, for one
 //     request through ContextWithOptions.
-//   - Requests hang, or a host black-holes them: WithAttemptTimeout.
+//   - Requests hang, or a host black-holes them: WithAttemptTimeout. Even
+//     without it, GETs whose callers' deadlines pass unanswered count
+//     against the host (BreakerConfig.SlowAfter), so its circuit opens.
+//   - A small response's body is cut mid-read: WithResponseBuffer, so
+//     that the cut is retried before RoundTrip returns.
 //   - A caller must have its answer within a time: a context deadline or
 //     http.Client.Timeout; the transport returns at once when the next wait
 //     cannot fit.
