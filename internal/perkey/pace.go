@@ -228,7 +228,7 @@ func (c *tally) rate(now time.Time, d time.Duration) float64 {
 // from held to until, when nothing could be admitted.
 func (c *tally) rateBeside(now time.Time, d time.Duration, held, until time.Time) float64 {
 	r := c.rate(now, d)
-	if r == 0 || !until.After(held) {
+	if r == 0 || held.IsZero() || !until.After(held) {
 		return r
 	}
 	per := admittedSpan / time.Duration(len(c.n))

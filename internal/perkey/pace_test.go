@@ -91,6 +91,7 @@ func TestTallyRateBeside(t *testing.T) {
 	assert.InDelta(t, 20, c.rateBeside(now, admittedSpan, t0.Add(-3*time.Second), t0.Add(-time.Second)), 0.5, "a hold before the span")
 	assert.InDelta(t, 40, c.rateBeside(now, admittedSpan, t0.Add(time.Second), now), 1, "held the second half of the span: 40 over 1 s")
 	assert.InDelta(t, 40, c.rateBeside(now, admittedSpan, t0.Add(time.Second), now.Add(time.Hour)), 1, "a hold still going counts up to now")
+	assert.InDelta(t, 20, c.rateBeside(now, admittedSpan, time.Time{}, now), 0.5, "no hold")
 	var empty tally
 	assert.Zero(t, empty.rateBeside(now, admittedSpan, t0, now), "nothing admitted")
 }
