@@ -94,9 +94,9 @@ const (
 
 // judgeTime applies what the latest attempt's time says to its verdict,
 // once classify has given it: a timed success feeds its key's answer time;
-// a timed attempt that got no answer before its caller's context ended,
+// a timed attempt that got no answer before its caller's deadline passed,
 // after longer than its key's slow-call threshold, becomes a failure of
-// the key (still not retried: the caller has gone). Any attempt that its
+// the key if blames says so (still not retried: the caller has gone). Any attempt that its
 // caller gave up on starts, or prolongs, its key's watch.
 func (r *retrier) judgeTime(v *verdict) {
 	switch {
