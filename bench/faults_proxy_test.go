@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,12 +26,9 @@ const toxiproxyPkg = "github.com/Shopify/toxiproxy/v2/cmd/server"
 // toxiproxy is a running toxiproxy server that the test owns: a child
 // process whose HTTP API listens on 127.0.0.1, driven with plain net/http.
 type toxiproxy struct {
+	*child
 	api  string // http://127.0.0.1:port
 	http *http.Transport
-	proc *os.Process
-	done chan struct{} // closed when the process has exited
-	err  error         // the process's exit; read after done
-	out  *lockedBuffer // its stdout and stderr
 }
 
 // buildToxiproxy builds the server from the module's tool directive into
@@ -58,25 +54,13 @@ func buildToxiproxy(t *testing.T, dir string) string {
 func startToxiproxy(t *testing.T, bin string) *toxiproxy {
 	for try := 1; ; try++ {
 		port := freePort(t)
-		p := &toxiproxy{
-			api:  fmt.Sprintf("http://127.0.0.1:%d", port),
-			http: &http.Transport{},
-			done: make(chan struct{}),
-			out:  &lockedBuffer{},
-		}
 		cmd := exec.Command(bin, "-host", "127.0.0.1", "-port", strconv.Itoa(port))
 		// Warnings and errors only: at info it logs two lines per
 		// connection, thousands in the black-hole burst.
 		cmd.Env = append(os.Environ(), "LOG_LEVEL=warn")
-		cmd.Stdout, cmd.Stderr = p.out, p.out
-		cmd.SysProcAttr = childProcAttr()
-		require.NoError(t, cmd.Start())
-		p.proc = cmd.Process
-		go func() {
-			p.err = cmd.Wait()
-			close(p.done)
-		}()
-		t.Cleanup(func() { p.stop(t) })
+		p := &toxiproxy{api: fmt.Sprintf("http://127.0.0.1:%d", port), http: &http.Transport{}}
+		t.Cleanup(p.http.CloseIdleConnections) // runs after the stop that startChild registers next
+		p.child = startChild(t, "toxiproxy", cmd)
 		err := p.ready()
 		if err == nil {
 			return p
@@ -112,26 +96,6 @@ func (p *toxiproxy) ready() error {
 			return fmt.Errorf("exited: %v", p.err)
 		case <-tick.C:
 		}
-	}
-}
-
-// stop ends the server (SIGTERM, which it handles by shutting its API
-// down; SIGKILL if it has not exited within 5 s), waits for it, and closes
-// the API client's idle connections.
-func (p *toxiproxy) stop(t *testing.T) {
-	defer p.http.CloseIdleConnections()
-	select {
-	case <-p.done:
-		return
-	default:
-	}
-	_ = p.proc.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(5 * time.Second):
-		t.Errorf("toxiproxy did not exit within 5 s of SIGTERM; killing it\n%s", p.out.String())
-		_ = p.proc.Kill()
-		<-p.done
 	}
 }
 

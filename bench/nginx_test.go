@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -65,29 +63,9 @@ http {
 
 // nginx is a running nginx that the test owns.
 type nginx struct {
+	*child
 	url    string // the tiny 200 response
 	prefix string
-	proc   *os.Process
-	done   chan struct{} // closed when the process has exited
-	err    error         // the process's exit; read after done
-	out    *lockedBuffer // its stdout and stderr
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // findNginx returns the nginx binary: on PATH, or Debian's /usr/sbin/nginx
@@ -121,17 +99,8 @@ func startNginx(t *testing.T, bin string, perSec, burst int) *nginx {
 	for try := 1; ; try++ {
 		port := freePort(t)
 		require.NoError(t, os.WriteFile(conf, fmt.Appendf(nil, nginxConf, perSec, port, burst), 0o644))
-		n := &nginx{url: fmt.Sprintf("http://127.0.0.1:%d/ok.txt", port), prefix: prefix, done: make(chan struct{}), out: &lockedBuffer{}}
 		cmd := exec.Command(bin, "-c", conf, "-p", prefix+"/", "-g", "daemon off;")
-		cmd.Stdout, cmd.Stderr = n.out, n.out
-		cmd.SysProcAttr = childProcAttr()
-		require.NoError(t, cmd.Start())
-		n.proc = cmd.Process
-		go func() {
-			n.err = cmd.Wait()
-			close(n.done)
-		}()
-		t.Cleanup(func() { n.stop(t) })
+		n := &nginx{child: startChild(t, "nginx", cmd), url: fmt.Sprintf("http://127.0.0.1:%d/ok.txt", port), prefix: prefix}
 		err := n.ready(port)
 		if err == nil {
 			return n
@@ -184,24 +153,6 @@ func (n *nginx) ready(port int) error {
 		return fmt.Errorf("GET %s: %s %q", n.url, resp.Status, body)
 	}
 	return nil
-}
-
-// stop ends nginx (SIGTERM, then SIGKILL if it has not exited within 5 s)
-// and waits for it.
-func (n *nginx) stop(t *testing.T) {
-	select {
-	case <-n.done:
-		return
-	default:
-	}
-	_ = n.proc.Signal(syscall.SIGTERM)
-	select {
-	case <-n.done:
-	case <-time.After(5 * time.Second):
-		t.Errorf("nginx did not exit within 5 s of SIGTERM; killing it")
-		_ = n.proc.Kill()
-		<-n.done
-	}
 }
 
 // statuses counts the access log's statuses; call it after nginx exited,
