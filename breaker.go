@@ -188,6 +188,8 @@ func NewBreaker(c BreakerConfig) *Breaker {
 		Probes:       c.Probes,
 		MaxKeys:      c.MaxHosts,
 		SlowAfter:    c.SlowAfter,
+		// Every request of a transport with a breaker looks its lane up.
+		SeesEverySuccess: true,
 	})}
 }
 

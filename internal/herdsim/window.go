@@ -27,6 +27,10 @@ type Window struct {
 	Span     time.Duration
 	Headers  bool
 	Latency  time.Duration // how long after an attempt arrives it is answered
+	// RefuseLatency, when set, is how long a 429 takes instead: a rate
+	// limiter that stands in front of the handler refuses without the
+	// handler's work.
+	RefuseLatency time.Duration
 	// Deadline is each request's, from when its worker takes it; 0 for
 	// none.
 	Deadline time.Duration
@@ -164,6 +168,10 @@ func (s *windowServer) RoundTrip(req *http.Request) (*http.Response, error) {
 		h.Set("RateLimit-Policy", fmt.Sprintf(`"fixed";q=%d;w=%d`, s.w.Limit, int(s.w.Span.Seconds())))
 		h.Set("RateLimit", fmt.Sprintf(`"fixed";r=%d;t=%d`, left, t))
 	}
-	time.Sleep(s.w.Latency)
+	if status == http.StatusTooManyRequests && s.w.RefuseLatency > 0 {
+		time.Sleep(s.w.RefuseLatency)
+	} else {
+		time.Sleep(s.w.Latency)
+	}
 	return &http.Response{StatusCode: status, Header: h, Body: http.NoBody, Request: req}, nil
 }

@@ -23,6 +23,10 @@ type Config struct {
 	Probes       int           // probes a half-open circuit lets through at once
 	MaxKeys      int           // lanes held before idle ones leave; 0: DefaultMaxKeys
 	SlowAfter    time.Duration // the least wait that counts against the key when the caller gives up (latency.go); <= 0: none
+	// SeesEverySuccess: every attempt to a key goes through its lane, so
+	// a lane knows how many have succeeded (see Lane.early). Without it a
+	// lane may be made only after its key first throttled.
+	SeesEverySuccess bool
 }
 
 // Set holds the lanes of one breaker, or of a transport without one, in a
@@ -50,7 +54,13 @@ func (s *Set) Config() Config { return s.cfg }
 
 // Lane returns the key's lane, creating it if needed.
 func (s *Set) Lane(k Key) *Lane {
-	return s.table.Get(k, func(k Key) *Lane { return &Lane{set: s, key: k} })
+	return s.table.Get(k, func(k Key) *Lane {
+		l := &Lane{set: s, key: k, born: time.Now()}
+		if !s.cfg.SeesEverySuccess {
+			l.early.Store(earlyMax)
+		}
+		return l
+	})
 }
 
 // Peek returns the key's lane, or nil if the Set holds none.
@@ -91,8 +101,9 @@ func (e *HeldError) Error() string { return "held until " + e.Until.Format(time.
 // reset by a success, never by time alone; a hold ends at its instant.
 //
 // Concurrency: word is read without the lock (the closed, unheld path of
-// every request is that one load) and written only under mu; failing, succ
-// and prev are atomics so that a success on the closed path takes no lock;
+// every request is that one load) and written only under mu; failing,
+// succ, prev and early are atomics so that a success on the closed path
+// takes no lock;
 // the rest is guarded by mu. A success that read failing just before a
 // failure period ends may be counted into the next period: harmless, as it
 // only makes the next trip a little less likely. Lock order: mu before a
@@ -112,8 +123,13 @@ type Lane struct {
 	failing atomic.Bool
 	succ    atomic.Int64 // successes during the failure period
 	prev    atomic.Int64 // previous delay drawn for this key
-	answer  atomic.Int64 // the key's answer time, in nanoseconds (latency.go)
-	watch   atomic.Int64 // when the key's watch ends, in Unix nanoseconds; 0: not watched
+	// early counts the key's successes since the lane was made (born),
+	// up to earlyMax, so that a pacer made in the key's first burst knows
+	// all it was admitted (see settleLocked); earlyMax when not known.
+	early  atomic.Int64
+	born   time.Time
+	answer atomic.Int64 // the key's answer time, in nanoseconds (latency.go)
+	watch  atomic.Int64 // when the key's watch ends, in Unix nanoseconds; 0: not watched
 	// pace limits the key's send rate after it throttled; nil, with the
 	// paced bit clear, for a key that never did (or recovered since).
 	pace  atomic.Pointer[pacer]
@@ -250,8 +266,9 @@ const (
 // Outcome is what an attempt's outcome tells the key.
 type Outcome struct {
 	Kind Kind
-	// Cut cuts the key's send rate: the host said "too many" and not when
-	// to come back. The first cut starts pacing the key.
+	// Cut cuts the key's send rate: the host said "too many" with no
+	// Retry-After, or with a short one on a 429. The first cut starts
+	// pacing the key.
 	Cut bool
 }
 
@@ -333,7 +350,13 @@ func (l *Lane) recordSuccess() {
 	if l.prev.Load() != 0 {
 		l.prev.Store(0)
 	}
+	if l.early.Load() < earlyMax {
+		l.early.Add(1)
+	}
 }
+
+// earlyMax bounds Lane.early: past it a success costs only a load.
+const earlyMax = 1 << 16
 
 // Prev returns the previous delay drawn for the key (0 after a success).
 func (l *Lane) Prev() time.Duration { return time.Duration(l.prev.Load()) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -45,7 +46,12 @@ type pacer struct {
 	admitted  tally         // successes of paced attempts; guarded by mu
 	flat      bool          // the curve since the latest cut is the flat one (see flatShare); guarded by mu
 	heldFrom  time.Time     // when the latest Retry-After's hold began (it ends at cutAt); guarded by mu
-	inflight  int           // attempts it let go whose outcome has not come back; guarded by mu
+	settled   bool          // the end of the latest Retry-After's hold has been looked at (see settleLocked); guarded by mu
+	// The key's lane's birth and its count of successes since (see
+	// settleLocked); nil early for none. Set before the pacer is shared.
+	born     time.Time
+	early    *atomic.Int64
+	inflight int // attempts it let go whose outcome has not come back; guarded by mu
 	// The quota the server advertised (see Advertise): the rate it
 	// sustains, until when that holds, and the requests it has left,
 	// which bound the burst. Zero quota: none advertised. Guarded by mu.
@@ -108,12 +114,45 @@ func (p *pacer) quotaOnLocked(now time.Time) bool {
 // that has been paced goes on at the rate across a window's reset).
 // Called with mu held.
 func (p *pacer) setRateLocked(now time.Time) {
+	p.settleLocked(now)
 	r := p.rateAtLocked(now)
 	setRate(p.lim, now, r)
 	if p.quotaOnLocked(now) {
 		p.lim.SetBurstAt(now, max(p.quotaLeft, p.lim.Burst()))
 	}
 }
+
+// settleLocked, at the end of the hold that a Retry-After put on a key's
+// first burst, reads what the server admitted of it: a window limiter
+// admits its quota at once, refuses the rest and says by its Retry-After
+// when its window resets, so the key's successes, over the time from its
+// first attempt to the hold's end, are the quota per window. The rate
+// goes onto the flat curve at flatShare of that, as after a later cut,
+// where slow start would take most of a window to climb to it and then
+// overfill the next. Only a first burst tells this: for a key that had
+// been sending longer than firstBurst, or whose successes were not all
+// counted (earlyMax), or that sent too few to say (below slowStartRate
+// per second), slow start finds the rate. It runs before the first
+// release after the hold, so every success it counts is from an attempt
+// sent before the refusal. Called with mu held.
+func (p *pacer) settleLocked(now time.Time) {
+	if p.early == nil || p.settled || p.throttles == 0 || p.wmax != 0 || !p.flat || now.Before(p.cutAt) {
+		return
+	}
+	p.settled = true
+	n, burst := p.early.Load(), p.cutAt.Sub(p.born)
+	if n >= earlyMax || burst <= 0 || burst > firstBurst {
+		return
+	}
+	if a := float64(n) / burst.Seconds(); a >= slowStartRate {
+		p.wmax = flatShare * a
+	}
+}
+
+// firstBurst is how long after a key's first attempt the end of its first
+// hold may come for settleLocked to read the quota from it: two of the
+// one-second windows of most rate limiters.
+const firstBurst = 2 * time.Second
 
 // cubic returns CUBIC's rate t seconds after a cut from wmax to
 // cubicBeta of it: back at wmax after K seconds, flat around it, then
@@ -278,7 +317,7 @@ func (p *pacer) throttle(now, from time.Time, gen uint64) {
 		p.flat = from.After(now)
 	}
 	if from.After(now) {
-		p.heldFrom = now
+		p.heldFrom, p.settled = now, false
 	}
 	p.gen++
 	// The curve starts when the next attempt may go: after the hold a
@@ -395,6 +434,7 @@ func (l *Lane) pacerOf(now time.Time, mk func() *pacer) *pacer {
 			p = mk()
 		} else {
 			p = newPacer(now)
+			p.born, p.early = l.born, &l.early
 		}
 		l.pace.Store(p)
 		l.word.Store(l.word.Load() | pacedBit)

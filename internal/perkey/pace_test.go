@@ -95,3 +95,59 @@ func TestTallyRateBeside(t *testing.T) {
 	var empty tally
 	assert.Zero(t, empty.rateBeside(now, admittedSpan, t0, now), "nothing admitted")
 }
+
+// A key's first burst meets a window limiter: 100 admitted, then a 429
+// with Retry-After: 1. When the hold ends the key goes on at flatShare of
+// the 100 a second it was admitted, not at slow start's 10/s. A key that
+// had been sending for longer than firstBurst before its first 429, a
+// Set whose lanes do not see every success, and a burst too small to
+// tell all come back in slow start.
+func TestPaceSettlesOnFirstBurst(t *testing.T) {
+	// comeBack runs the burst on a lane of a Set configured by cfg, after
+	// the lane has waited idle, and returns the key's rate when the
+	// hold ends.
+	comeBack := func(cfg Config, idle time.Duration, admitted int) (r float64) {
+		synctest.Test(t, func(t *testing.T) {
+			l := NewSet(cfg).Lane(Key{Host: "k"})
+			time.Sleep(idle)
+			for range admitted {
+				tk, _, err := l.Admit(t.Context(), Limits{})
+				require.NoError(t, err)
+				l.Done(tk, Outcome{Kind: Success})
+			}
+			l.Hold(time.Now().Add(time.Second))
+			l.Done(Ticket{}, Outcome{Kind: Throttled, Cut: true})
+			time.Sleep(time.Second)
+			p := l.pace.Load()
+			require.NotNil(t, p)
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			p.setRateLocked(time.Now())
+			r = p.rateAtLocked(time.Now())
+		})
+		return r
+	}
+	every := defaults()
+	every.SeesEverySuccess = true
+	assert.InDelta(t, flatShare*100, comeBack(every, 0, 100), 0.01, "the first burst: 100 admitted in the 1 s to the hold's end")
+	assert.InDelta(t, flatShare*200, comeBack(every, 0, 200), 0.01, "200 admitted")
+	assert.InDelta(t, slowStartRate, comeBack(every, 2*time.Second, 100), 0.01, "sending since before the first burst")
+	assert.InDelta(t, slowStartRate, comeBack(defaults(), 0, 100), 0.01, "a Set whose lanes do not see every success")
+	assert.InDelta(t, slowStartRate, comeBack(every, 0, 5), 0.01, "5 admitted: too few to tell")
+}
+
+// A lane counts its successes up to earlyMax, and past it only reads the
+// count.
+func TestLaneEarlyCount(t *testing.T) {
+	cfg := defaults()
+	cfg.SeesEverySuccess = true
+	l := NewSet(cfg).Lane(Key{Host: "k"})
+	for range 3 {
+		l.Done(Ticket{}, Outcome{Kind: Success})
+	}
+	assert.EqualValues(t, 3, l.early.Load())
+	l.early.Store(earlyMax)
+	l.Done(Ticket{}, Outcome{Kind: Success})
+	assert.EqualValues(t, earlyMax, l.early.Load())
+	assert.EqualValues(t, earlyMax, NewSet(defaults()).Lane(Key{Host: "k"}).early.Load(), "not known: as if past the count")
+}
