@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/perkey"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -142,8 +143,9 @@ func TestQuotaRules(t *testing.T) {
 }
 
 // A key that never advertised a quota has only a sample of its successes
-// read: one first attempt in quotaSample per stripe of the requests
-// counter, and every response that is not a success.
+// read, past its first quotaFirst: one first attempt in quotaSample per
+// stripe of the requests counter, and every response that is not a
+// success.
 func TestQuotaSampled(t *testing.T) {
 	tr := New(newNext())
 	r := retrier{t: tr, s: &tr.s}
@@ -159,6 +161,16 @@ func TestQuotaSampled(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 10, sampled, "one in quotaSample, on this goroutine's stripe")
+
+	r.sampled = false
+	r.lane = tr.lanes.Lane(perkey.Key{Host: "api.test"})
+	for range quotaFirst {
+		require.True(t, r.readsQuota(ok), "among the key's first quotaFirst successes")
+		tk, _, err := r.lane.Admit(t.Context(), perkey.Limits{})
+		require.NoError(t, err)
+		r.lane.Done(tk, perkey.Outcome{Kind: perkey.Success})
+	}
+	assert.False(t, r.readsQuota(ok), "past them")
 }
 
 // A window the server does not advertise (X-RateLimit-* say nothing of it)

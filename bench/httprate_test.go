@@ -66,7 +66,7 @@ func TestHTTPRate(t *testing.T) {
 	}
 }
 
-// httprateMarkdown is the table of TestHTTPRate.
+// httprateMarkdown is the table of TestHTTPRate and TestFixedWindowLoopback.
 func httprateMarkdown(rs []BatchResult, ideal time.Duration) string {
 	var b strings.Builder
 	b.WriteString("| client | delivered | 429s / attempts | finished | against the ideal |\n|---|--:|--:|--:|--:|\n")

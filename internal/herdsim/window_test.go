@@ -24,10 +24,13 @@ import (
 //
 // Against a limiter that answers its 429 as late as the handler answers
 // its 200, the workers whose 200 comes back in the same instant as the
-// first 429 may send again before the transport has read it: how many do
-// depends on that order (0 to 11 in 200 runs, against a margin of 5). For
-// that limiter every run must still deliver and finish in time; its 429s
-// are logged.
+// first 429 may send again before the transport has read it. With the
+// quota headers the 200s say what is left and the transport shares it
+// with the attempts still in flight, so the runs stay within 5%. Without
+// them nothing tells the transport the window is full until it reads a
+// 429, and how many workers send again first depends on the scheduler's
+// order (up to 8 in 200 runs, against a margin of 5): those runs must
+// still deliver and finish in time, and their 429s are logged.
 func TestFixedWindow(t *testing.T) {
 	for _, refuse := range []time.Duration{time.Millisecond, 0} {
 		for _, headers := range []bool{true, false} {
@@ -49,7 +52,7 @@ func TestFixedWindow(t *testing.T) {
 					r.Stats.Quotas, r.Stats.QuotaHeld, r.Stats.Paced, r.Stats.Waits, r.Stats.BudgetDenied, r.Stats.GiveUps)
 				assert.GreaterOrEqual(t, r.Delivered, 1_980, "%s: delivered", w.Name)
 				assert.LessOrEqual(t, r.Done, time.Duration(1.15*float64(w.Ideal())), "%s: done, against the ideal %v", w.Name, w.Ideal())
-				if refuse > 0 {
+				if refuse > 0 || headers {
 					assert.LessOrEqual(t, float64(r.Throttled), 0.05*float64(r.Attempts), "%s: 429s among attempts", w.Name)
 				}
 			}

@@ -58,6 +58,7 @@ func (s *Set) Lane(k Key) *Lane {
 		l := &Lane{set: s, key: k, born: time.Now()}
 		if !s.cfg.SeesEverySuccess {
 			l.early.Store(earlyMax)
+			l.sent.Store(earlyMax)
 		}
 		return l
 	})
@@ -126,7 +127,12 @@ type Lane struct {
 	// early counts the key's successes since the lane was made (born),
 	// up to earlyMax, so that a pacer made in the key's first burst knows
 	// all it was admitted (see settleLocked); earlyMax when not known.
+	// sent counts the attempts admitted, and ended the other outcomes,
+	// likewise: until sent reaches earlyMax, the attempts in flight are
+	// known (see inFlight).
 	early  atomic.Int64
+	sent   atomic.Int64
+	ended  atomic.Int64
 	born   time.Time
 	answer atomic.Int64 // the key's answer time, in nanoseconds (latency.go)
 	watch  atomic.Int64 // when the key's watch ends, in Unix nanoseconds; 0: not watched
@@ -284,6 +290,7 @@ type Outcome struct {
 func (l *Lane) Admit(ctx context.Context, lim Limits) (tk Ticket, trs Transitions, err error) {
 	if w := l.word.Load(); w&fastMask == 0 && lim.MaxInFlight == 0 {
 		tk.gen = w >> stateBits
+		l.countSent()
 		return tk, trs, nil
 	}
 	return l.admitSlow(ctx, lim)
@@ -313,6 +320,9 @@ func (l *Lane) Done(t Ticket, o Outcome) (trs Transitions) {
 }
 
 func (l *Lane) doneSlow(t Ticket, o Outcome) Transitions {
+	if o.Kind != Success && l.ended.Load() < earlyMax {
+		l.ended.Add(1)
+	}
 	if t.has(slotFlag) {
 		l.slotsOf().release()
 	}
@@ -355,8 +365,31 @@ func (l *Lane) recordSuccess() {
 	}
 }
 
-// earlyMax bounds Lane.early: past it a success costs only a load.
+// earlyMax bounds Lane.early and the counts beside it: past it a success
+// or an admission costs only a load.
 const earlyMax = 1 << 16
+
+// Successes returns the key's successes since its lane was made, counted
+// up to earlyMax; earlyMax when the lane does not see every success (see
+// Config.SeesEverySuccess).
+func (l *Lane) Successes() int64 { return l.early.Load() }
+
+// countSent counts an admitted attempt while the lane is young.
+func (l *Lane) countSent() {
+	if l.sent.Load() < earlyMax {
+		l.sent.Add(1)
+	}
+}
+
+// inFlight returns how many attempts the lane admitted whose outcome it
+// has not recorded, while it knows (until earlyMax attempts); 0 past that.
+func (l *Lane) inFlight() int {
+	s := l.sent.Load()
+	if s >= earlyMax {
+		return 0
+	}
+	return max(int(s-l.early.Load()-l.ended.Load()), 0)
+}
 
 // Prev returns the previous delay drawn for the key (0 after a success).
 func (l *Lane) Prev() time.Duration { return time.Duration(l.prev.Load()) }

@@ -48,7 +48,8 @@ type pacer struct {
 	heldFrom  time.Time     // when the latest Retry-After's hold began (it ends at cutAt); guarded by mu
 	settled   bool          // the end of the latest Retry-After's hold has been looked at (see settleLocked); guarded by mu
 	// The key's lane's birth and its count of successes since (see
-	// settleLocked); nil early for none. Set before the pacer is shared.
+	// burstRateLocked); nil early for none. Set before the pacer is
+	// shared.
 	born     time.Time
 	early    *atomic.Int64
 	inflight int // attempts it let go whose outcome has not come back; guarded by mu
@@ -140,18 +141,29 @@ func (p *pacer) settleLocked(now time.Time) {
 		return
 	}
 	p.settled = true
-	n, burst := p.early.Load(), p.cutAt.Sub(p.born)
-	if n >= earlyMax || burst <= 0 || burst > firstBurst {
-		return
-	}
-	if a := float64(n) / burst.Seconds(); a >= slowStartRate {
+	if a, known := p.burstRateLocked(p.cutAt); known && a >= slowStartRate {
 		p.wmax = flatShare * a
 	}
 }
 
-// firstBurst is how long after a key's first attempt the end of its first
-// hold may come for settleLocked to read the quota from it: two of the
-// one-second windows of most rate limiters.
+// burstRateLocked returns the key's successes per second from its first
+// attempt to at, when the key is in its first burst then: at most
+// firstBurst since its lane began, and every success counted (earlyMax).
+// Called with mu held.
+func (p *pacer) burstRateLocked(at time.Time) (float64, bool) {
+	if p.early == nil {
+		return 0, false
+	}
+	n, burst := p.early.Load(), at.Sub(p.born)
+	if n >= earlyMax || burst <= 0 || burst > firstBurst {
+		return 0, false
+	}
+	return float64(n) / burst.Seconds(), true
+}
+
+// firstBurst is how long after a key's first attempt its first burst may
+// be read for the quota: two of the one-second windows of most rate
+// limiters.
 const firstBurst = 2 * time.Second
 
 // cubic returns CUBIC's rate t seconds after a cut from wmax to
@@ -288,14 +300,21 @@ func (c *tally) rateBeside(now time.Time, d time.Duration, held, until time.Time
 // gen. Answers to attempts sent before the latest cut were caused by the
 // old rate, and answers before the server has admitted anything at the
 // current rate may be the tail of an earlier burst (its own bucket still
-// refilling): both are ignored.
+// refilling, or, for a key paced at its advertised quota, the window the
+// first burst filled): both are ignored, and not counted (a pacer that had
+// only an advertised quota would be put into slow start by them). A pacer
+// that a throttle started is at generation 0, as that throttle's attempt
+// was, and nothing admitted yet: its first throttle counts.
 func (p *pacer) throttle(now, from time.Time, gen uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.throttles++
-	if gen != p.gen || (p.throttles > 1 && p.okGen != p.gen) {
+	if gen != p.gen || p.okGen != p.gen {
 		return
 	}
+	// The rate throttled: read before the count, which puts a pacer that
+	// had only an advertised quota into slow start.
+	was := p.rateAtLocked(now)
+	p.throttles++
 	if p.throttles > 1 || p.quotaOnLocked(now) {
 		// The first throttle only started pacing, in slow start; from the
 		// next, the curve is CUBIC's around the rate just throttled. After
@@ -306,9 +325,16 @@ func (p *pacer) throttle(now, from time.Time, gen uint64) {
 		// take many cuts to come down to it. A key paced at its
 		// advertised quota has its rate already: the first throttle cuts
 		// it.
-		p.wmax = p.rateAtLocked(now)
+		p.wmax = was
 		if p.flat = from.After(now); p.flat {
-			if ok := p.admitted.rate(now, time.Second); ok > 0 {
+			// A pacer younger than the second has in its tally only the
+			// successes since it began; the key's first burst may hold
+			// more.
+			ok := p.admitted.rate(now, time.Second)
+			if a, known := p.burstRateLocked(now); known {
+				ok = max(ok, a)
+			}
+			if ok > 0 {
 				p.wmax = min(p.wmax, ok)
 			}
 			p.wmax = max(flatShare*p.wmax, 1)
@@ -434,8 +460,8 @@ func (l *Lane) pacerOf(now time.Time, mk func() *pacer) *pacer {
 			p = mk()
 		} else {
 			p = newPacer(now)
-			p.born, p.early = l.born, &l.early
 		}
+		p.born, p.early = l.born, &l.early
 		l.pace.Store(p)
 		l.word.Store(l.word.Load() | pacedBit)
 		l.set.flag()

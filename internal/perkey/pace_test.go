@@ -136,18 +136,99 @@ func TestPaceSettlesOnFirstBurst(t *testing.T) {
 	assert.InDelta(t, slowStartRate, comeBack(every, 0, 5), 0.01, "5 admitted: too few to tell")
 }
 
-// A lane counts its successes up to earlyMax, and past it only reads the
-// count.
+// A lane counts its successes, its admissions and its other outcomes up
+// to earlyMax, so that it knows its attempts in flight while it is young;
+// past earlyMax it only reads the counts, and knows none in flight.
 func TestLaneEarlyCount(t *testing.T) {
 	cfg := defaults()
 	cfg.SeesEverySuccess = true
 	l := NewSet(cfg).Lane(Key{Host: "k"})
-	for range 3 {
-		l.Done(Ticket{}, Outcome{Kind: Success})
+	var tks []Ticket
+	for range 5 {
+		tk, _, err := l.Admit(t.Context(), Limits{})
+		require.NoError(t, err)
+		tks = append(tks, tk)
 	}
-	assert.EqualValues(t, 3, l.early.Load())
+	assert.Equal(t, 5, l.inFlight())
+	l.Done(tks[0], Outcome{Kind: Success})
+	l.Done(tks[1], Outcome{Kind: Success})
+	l.Done(tks[2], Outcome{Kind: Failure})
+	assert.EqualValues(t, 2, l.early.Load(), "successes")
+	assert.Equal(t, 2, l.inFlight())
 	l.early.Store(earlyMax)
-	l.Done(Ticket{}, Outcome{Kind: Success})
-	assert.EqualValues(t, earlyMax, l.early.Load())
-	assert.EqualValues(t, earlyMax, NewSet(defaults()).Lane(Key{Host: "k"}).early.Load(), "not known: as if past the count")
+	l.Done(tks[3], Outcome{Kind: Success})
+	assert.EqualValues(t, earlyMax, l.early.Load(), "past earlyMax, only read")
+	l.sent.Store(earlyMax)
+	assert.Zero(t, l.inFlight(), "past earlyMax admissions: not known")
+	blind := NewSet(defaults()).Lane(Key{Host: "k"})
+	_, _, err := blind.Admit(t.Context(), Limits{})
+	require.NoError(t, err)
+	assert.EqualValues(t, earlyMax, blind.early.Load(), "a Set whose lanes do not see every success: as if past the count")
+	assert.Zero(t, blind.inFlight())
+}
+
+// In a key's first burst the quota a response advertises is shared with
+// every attempt the lane has in flight, which the server may not have
+// counted when it answered: 200 admitted, the first answer saying 50 are
+// left, and the key has a burst of 1, not 50. A key with nothing in flight
+// has the 50.
+func TestAdvertiseSharedWithInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := defaults()
+		cfg.SeesEverySuccess = true
+		burst := func(l *Lane) int {
+			l.Advertise(Advert{At: time.Now(), Rate: 20, Left: 50, For: time.Second})
+			p := l.pace.Load()
+			require.NotNil(t, p)
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return p.quotaLeft
+		}
+		busy := NewSet(cfg).Lane(Key{Host: "busy"})
+		for range 200 {
+			_, _, err := busy.Admit(t.Context(), Limits{})
+			require.NoError(t, err)
+		}
+		assert.Equal(t, 1, burst(busy), "200 in flight")
+		assert.Equal(t, 50, burst(NewSet(cfg).Lane(Key{Host: "idle"})), "none in flight")
+	})
+}
+
+// A pacer made when a key first advertised its quota, after its first
+// burst had come back, has in its tally only the successes since. A 429
+// to an attempt of that burst changes nothing; the cut of a 429 with a
+// Retry-After to a paced attempt starts from the advertised rate it was
+// paced at, and reads the burst's successes from the lane: the key goes
+// on at flatShare of the advertised rate, not of slow start's first rate
+// or of the one success the pacer saw.
+func TestPaceCutReadsFirstBurst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := defaults()
+		cfg.SeesEverySuccess = true
+		l := NewSet(cfg).Lane(Key{Host: "k"})
+		send := func(o Outcome) {
+			tk, _, err := l.Admit(t.Context(), Limits{})
+			require.NoError(t, err)
+			l.Done(tk, o)
+		}
+		for range 100 {
+			send(Outcome{Kind: Success})
+		}
+		time.Sleep(100 * time.Millisecond)
+		l.Advertise(Advert{At: time.Now(), Rate: 95, Left: 2, For: time.Second})
+		send(Outcome{Kind: Success}) // paced, at the pacer's generation
+		l.Hold(time.Now().Add(time.Second))
+		_, _, err := l.Admit(t.Context(), Limits{})
+		var held *HeldError
+		require.ErrorAs(t, err, &held)
+		p := l.pace.Load()
+		l.throttle(time.Now(), 0) // an unpaced attempt's 429 changes nothing
+		p.mu.Lock()
+		assert.InDelta(t, 95, p.rateAtLocked(time.Now()), 0.01, "still at the quota")
+		p.mu.Unlock()
+		p.throttle(time.Now(), l.holdUntil, p.gen) // a paced attempt's 429
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		assert.InDelta(t, flatShare*95, p.wmax, 0.01)
+	})
 }

@@ -71,7 +71,7 @@ func (l *Lane) Advertise(a Advert) Transitions {
 			p.lim = rate.NewLimiter(rate.Limit(a.Rate), left)
 			return p
 		})
-		p.advertise(a.At, a.Rate, left, a.At.Add(a.For+quotaHold))
+		p.advertise(a.At, a.Rate, left, l.inFlight(), a.At.Add(a.For+quotaHold))
 	}
 	return trs
 }
@@ -87,13 +87,18 @@ func (l *Lane) Advertised() Advert {
 // quota.
 func (l *Lane) Advertises() bool { return l.advertises.Load() }
 
-// advertise sets the quota the pacer keeps the key to.
-func (p *pacer) advertise(now time.Time, r float64, left int, until time.Time) {
+// advertise sets the quota the pacer keeps the key to. sending is how many
+// attempts the key's lane has in flight, when it knows (a young lane: see
+// Lane.inFlight), or 0.
+func (p *pacer) advertise(now time.Time, r float64, left, sending int, until time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	// What the server has left is shared with the attempts already on
-	// their way, which it has not counted yet.
-	p.quota, p.quotaLeft, p.quotaUntil = r, max(left-p.inflight, 1), until
+	// their way, which it may not have counted yet: those the pacer let
+	// go, or, in a key's first burst, every attempt the lane let go (the
+	// answers of the first to come back count only what the server had
+	// seen when it answered, not the hundreds sent beside them).
+	p.quota, p.quotaLeft, p.quotaUntil = r, max(left-max(p.inflight, sending), 1), until
 	// The burst becomes what the server has left (and the tokens no more
 	// than that, from the bucket's next use): the server's count is the
 	// truth.

@@ -71,6 +71,15 @@ var ErrWaitedOut = errors.New("waited out")
 // queue, for its turn while the key recovers, and instead of being refused
 // while the circuit is open. join starts it in the queue.
 func (l *Lane) admitLoop(ctx context.Context, lim Limits, until time.Time, join bool) (Ticket, Transitions, error) {
+	tk, trs, err := l.admitWait(ctx, lim, until, join)
+	if err == nil {
+		l.countSent()
+	}
+	return tk, trs, err
+}
+
+// admitWait is admitLoop but for the count of attempts sent.
+func (l *Lane) admitWait(ctx context.Context, lim Limits, until time.Time, join bool) (Ticket, Transitions, error) {
 	var trs Transitions
 	g := grantNone
 	last := ErrWaitedOut // what a wait whose time is up ends with
