@@ -10,10 +10,11 @@ import (
 // quotaSample: a key that has never advertised a quota has the response of
 // one first attempt in this many read for one (per stripe of the requests
 // counter, the first of each stripe included), as well as every response
-// that is not a success. So a key whose server starts advertising is found
-// within a few dozen requests, or at its first 429, and a key that never
-// does pays one header scan per quotaSample requests: about 1.5 ns a
-// request on a typical response, where reading every one would cost 90.
+// that is not a success, once past its first quotaFirst successes. So a
+// key whose server starts advertising is found within a few dozen
+// requests, or at its first 429, and a key that never does pays one header
+// scan per quotaSample requests: about 1.5 ns a request on a typical
+// response, where reading every one would cost 90.
 const quotaSample = 64
 
 // quotaFirst: a key's first successes, this many, are all read for a
