@@ -15,9 +15,14 @@ const releaseSlack = 10 * time.Millisecond
 
 // setRate sets lim's rate at now, and its burst to what that rate
 // releases over releaseSlack, at least one.
-func setRate(lim *rate.Limiter, now time.Time, r float64) {
+func setRate(lim *rate.Limiter, now time.Time, r float64) { setRateBurst(lim, now, r, 1) }
+
+// setRateBurst is setRate with a burst of at least least. The burst is set
+// once: a smaller one set on the way would cut the tokens the bucket holds
+// to it.
+func setRateBurst(lim *rate.Limiter, now time.Time, r float64, least int) {
 	lim.SetLimitAt(now, rate.Limit(r))
-	lim.SetBurstAt(now, max(1, int(r*releaseSlack.Seconds())))
+	lim.SetBurstAt(now, max(least, int(r*releaseSlack.Seconds())))
 }
 
 // nextToken returns how long until lim has a token, at its rate.

@@ -59,6 +59,7 @@ func (s *Set) Lane(k Key) *Lane {
 		if !s.cfg.SeesEverySuccess {
 			l.early.Store(earlyMax)
 			l.sent.Store(earlyMax)
+			l.ended.Store(earlyMax)
 		}
 		return l
 	})
@@ -125,11 +126,11 @@ type Lane struct {
 	succ    atomic.Int64 // successes during the failure period
 	prev    atomic.Int64 // previous delay drawn for this key
 	// early counts the key's successes since the lane was made (born),
-	// up to earlyMax, so that a pacer made in the key's first burst knows
-	// all it was admitted (see settleLocked); earlyMax when not known.
-	// sent counts the attempts admitted, and ended the other outcomes,
-	// likewise: until sent reaches earlyMax, the attempts in flight are
-	// known (see inFlight).
+	// up to earlyMax, so that a pacer knows all the key's first burst was
+	// admitted (see burstRateLocked); earlyMax when not known.
+	// sent counts the attempts admitted, and ended the outcomes of those
+	// that did not succeed, likewise: until sent reaches earlyMax, the
+	// attempts in flight are known (see inFlight).
 	early  atomic.Int64
 	sent   atomic.Int64
 	ended  atomic.Int64
@@ -290,7 +291,7 @@ type Outcome struct {
 func (l *Lane) Admit(ctx context.Context, lim Limits) (tk Ticket, trs Transitions, err error) {
 	if w := l.word.Load(); w&fastMask == 0 && lim.MaxInFlight == 0 {
 		tk.gen = w >> stateBits
-		l.countSent()
+		countTo(&l.sent)
 		return tk, trs, nil
 	}
 	return l.admitSlow(ctx, lim)
@@ -309,6 +310,7 @@ func (l *Lane) admitSlow(ctx context.Context, lim Limits) (Ticket, Transitions, 
 func (l *Lane) Done(t Ticket, o Outcome) (trs Transitions) {
 	if o == (Outcome{Kind: Success}) && t.plain() {
 		l.recordSuccess() // the hot path: no lock, nothing to report
+		countTo(&l.early)
 		if l.word.Load()&pacedBit != 0 {
 			// Sent before the key was paced: it counts toward what the
 			// server admits.
@@ -316,12 +318,17 @@ func (l *Lane) Done(t Ticket, o Outcome) (trs Transitions) {
 		}
 		return trs
 	}
-	return l.doneSlow(t, o)
+	return l.doneSlow(t, o, true)
 }
 
-func (l *Lane) doneSlow(t Ticket, o Outcome) Transitions {
-	if o.Kind != Success && l.ended.Load() < earlyMax {
-		l.ended.Add(1)
+// doneSlow is Done past its fast path. counted: the attempt was counted
+// among those sent (Lane.sent), so its outcome is counted too.
+func (l *Lane) doneSlow(t Ticket, o Outcome, counted bool) Transitions {
+	switch {
+	case o.Kind == Success:
+		countTo(&l.early)
+	case counted:
+		countTo(&l.ended)
 	}
 	if t.has(slotFlag) {
 		l.slotsOf().release()
@@ -360,9 +367,6 @@ func (l *Lane) recordSuccess() {
 	if l.prev.Load() != 0 {
 		l.prev.Store(0)
 	}
-	if l.early.Load() < earlyMax {
-		l.early.Add(1)
-	}
 }
 
 // earlyMax bounds Lane.early and the counts beside it: past it a success
@@ -374,10 +378,10 @@ const earlyMax = 1 << 16
 // Config.SeesEverySuccess).
 func (l *Lane) Successes() int64 { return l.early.Load() }
 
-// countSent counts an admitted attempt while the lane is young.
-func (l *Lane) countSent() {
-	if l.sent.Load() < earlyMax {
-		l.sent.Add(1)
+// countTo adds one to a count of the lane's youth, until earlyMax.
+func countTo(n *atomic.Int64) {
+	if n.Load() < earlyMax {
+		n.Add(1)
 	}
 }
 

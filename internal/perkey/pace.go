@@ -116,54 +116,56 @@ func (p *pacer) quotaOnLocked(now time.Time) bool {
 // Called with mu held.
 func (p *pacer) setRateLocked(now time.Time) {
 	p.settleLocked(now)
-	r := p.rateAtLocked(now)
-	setRate(p.lim, now, r)
+	least := 1
 	if p.quotaOnLocked(now) {
-		p.lim.SetBurstAt(now, max(p.quotaLeft, p.lim.Burst()))
+		least = max(p.quotaLeft, 1)
 	}
+	setRateBurst(p.lim, now, p.rateAtLocked(now), least)
 }
 
 // settleLocked, at the end of the hold that a Retry-After put on a key's
 // first burst, reads what the server admitted of it: a window limiter
 // admits its quota at once, refuses the rest and says by its Retry-After
-// when its window resets, so the key's successes, over the time from its
-// first attempt to the hold's end, are the quota per window. The rate
-// goes onto the flat curve at flatShare of that, as after a later cut,
-// where slow start would take most of a window to climb to it and then
-// overfill the next. Only a first burst tells this: for a key that had
-// been sending longer than firstBurst, or whose successes were not all
-// counted (earlyMax), or that sent too few to say (below slowStartRate
-// per second), slow start finds the rate. It runs before the first
-// release after the hold, so every success it counts is from an attempt
-// sent before the refusal. Called with mu held.
+// when its window resets, so the burst's successes over the hold are its
+// quota per window. The rate goes onto the flat curve at flatShare of
+// that, as after a later cut, where slow start would take most of a
+// window to climb to it and then overfill the next. When the refusal did
+// not end the key's first burst (see burstRateLocked), or the burst was
+// admitted less than slowStartRate per second, slow start finds the rate.
+// It runs before the first release after the hold, so every success it
+// counts is from an attempt sent before the refusal. Called with mu held.
 func (p *pacer) settleLocked(now time.Time) {
 	if p.early == nil || p.settled || p.throttles == 0 || p.wmax != 0 || !p.flat || now.Before(p.cutAt) {
 		return
 	}
 	p.settled = true
-	if a, known := p.burstRateLocked(p.cutAt); known && a >= slowStartRate {
+	if a, known := p.burstRateLocked(p.heldFrom, p.cutAt); known && a >= slowStartRate {
 		p.wmax = flatShare * a
 	}
 }
 
-// burstRateLocked returns the key's successes per second from its first
-// attempt to at, when the key is in its first burst then: at most
-// firstBurst since its lane began, and every success counted (earlyMax).
+// burstRateLocked returns the key's successes per second of the hold of a
+// refusal at refused until until, when that refusal ended the key's first
+// burst: it came after the key's first request (its lane's birth) no
+// later than the hold lasts, so that the successes fit in the window the
+// hold closes, and within firstBurst of it; and every success was counted
+// (earlyMax). Over a window longer than its hold the rate reads high: that
+// costs a refusal and a cut, where a rate read low would keep the key
+// below its quota for the tens of seconds the flat curve takes to climb.
 // Called with mu held.
-func (p *pacer) burstRateLocked(at time.Time) (float64, bool) {
+func (p *pacer) burstRateLocked(refused, until time.Time) (float64, bool) {
 	if p.early == nil {
 		return 0, false
 	}
-	n, burst := p.early.Load(), at.Sub(p.born)
-	if n >= earlyMax || burst <= 0 || burst > firstBurst {
+	n, hold := p.early.Load(), until.Sub(refused)
+	if n >= earlyMax || hold <= 0 || refused.Sub(p.born) > hold || until.Sub(p.born) > firstBurst {
 		return 0, false
 	}
-	return float64(n) / burst.Seconds(), true
+	return float64(n) / hold.Seconds(), true
 }
 
-// firstBurst is how long after a key's first attempt its first burst may
-// be read for the quota: two of the one-second windows of most rate
-// limiters.
+// firstBurst bounds how long after a key's first request its first burst
+// may end: two of the one-second windows of most rate limiters.
 const firstBurst = 2 * time.Second
 
 // cubic returns CUBIC's rate t seconds after a cut from wmax to
@@ -300,15 +302,16 @@ func (c *tally) rateBeside(now time.Time, d time.Duration, held, until time.Time
 // gen. Answers to attempts sent before the latest cut were caused by the
 // old rate, and answers before the server has admitted anything at the
 // current rate may be the tail of an earlier burst (its own bucket still
-// refilling, or, for a key paced at its advertised quota, the window the
-// first burst filled): both are ignored, and not counted (a pacer that had
-// only an advertised quota would be put into slow start by them). A pacer
-// that a throttle started is at generation 0, as that throttle's attempt
-// was, and nothing admitted yet: its first throttle counts.
+// refilling): both are ignored, and not counted (a pacer that had only an
+// advertised quota would be put into slow start by them). The first
+// throttle counts: a pacer that a throttle started is at that attempt's
+// generation. So does one to a key paced at its advertised quota,
+// unless it came with a hold: then the window the key's first burst
+// filled may be all it says, and the hold answers it.
 func (p *pacer) throttle(now, from time.Time, gen uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if gen != p.gen || p.okGen != p.gen {
+	if gen != p.gen || (p.okGen != p.gen && (p.throttles > 0 || from.After(now))) {
 		return
 	}
 	// The rate throttled: read before the count, which puts a pacer that
@@ -331,7 +334,7 @@ func (p *pacer) throttle(now, from time.Time, gen uint64) {
 			// successes since it began; the key's first burst may hold
 			// more.
 			ok := p.admitted.rate(now, time.Second)
-			if a, known := p.burstRateLocked(now); known {
+			if a, known := p.burstRateLocked(now, from); known {
 				ok = max(ok, a)
 			}
 			if ok > 0 {

@@ -98,10 +98,11 @@ func TestTallyRateBeside(t *testing.T) {
 
 // A key's first burst meets a window limiter: 100 admitted, then a 429
 // with Retry-After: 1. When the hold ends the key goes on at flatShare of
-// the 100 a second it was admitted, not at slow start's 10/s. A key that
-// had been sending for longer than firstBurst before its first 429, a
-// Set whose lanes do not see every success, and a burst too small to
-// tell all come back in slow start.
+// the 100 a second it was admitted, not at slow start's 10/s, also when
+// its first request came half a second before the burst. A key whose
+// first request came longer before than the hold lasts, a Set whose lanes
+// do not see every success, and a burst too small to tell all come back
+// in slow start.
 func TestPaceSettlesOnFirstBurst(t *testing.T) {
 	// comeBack runs the burst on a lane of a Set configured by cfg, after
 	// the lane has waited idle, and returns the key's rate when the
@@ -131,14 +132,16 @@ func TestPaceSettlesOnFirstBurst(t *testing.T) {
 	every.SeesEverySuccess = true
 	assert.InDelta(t, flatShare*100, comeBack(every, 0, 100), 0.01, "the first burst: 100 admitted in the 1 s to the hold's end")
 	assert.InDelta(t, flatShare*200, comeBack(every, 0, 200), 0.01, "200 admitted")
-	assert.InDelta(t, slowStartRate, comeBack(every, 2*time.Second, 100), 0.01, "sending since before the first burst")
+	assert.InDelta(t, flatShare*100, comeBack(every, 500*time.Millisecond, 100), 0.01, "the first request half a second before the burst")
+	assert.InDelta(t, slowStartRate, comeBack(every, 1500*time.Millisecond, 100), 0.01, "the first request longer before the burst than the hold")
 	assert.InDelta(t, slowStartRate, comeBack(defaults(), 0, 100), 0.01, "a Set whose lanes do not see every success")
 	assert.InDelta(t, slowStartRate, comeBack(every, 0, 5), 0.01, "5 admitted: too few to tell")
 }
 
-// A lane counts its successes, its admissions and its other outcomes up
-// to earlyMax, so that it knows its attempts in flight while it is young;
-// past earlyMax it only reads the counts, and knows none in flight.
+// A lane counts its successes, its admissions and the other outcomes of
+// those up to earlyMax, so that it knows its attempts in flight while it
+// is young; past earlyMax it only reads the counts, and knows none in
+// flight.
 func TestLaneEarlyCount(t *testing.T) {
 	cfg := defaults()
 	cfg.SeesEverySuccess = true
@@ -176,13 +179,20 @@ func TestAdvertiseSharedWithInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := defaults()
 		cfg.SeesEverySuccess = true
+		// burst returns how many attempts the key's send rate lets go at
+		// once after the advert.
 		burst := func(l *Lane) int {
 			l.Advertise(Advert{At: time.Now(), Rate: 20, Left: 50, For: time.Second})
 			p := l.pace.Load()
 			require.NotNil(t, p)
 			p.mu.Lock()
 			defer p.mu.Unlock()
-			return p.quotaLeft
+			p.setRateLocked(time.Now())
+			n := 0
+			for p.lim.AllowN(time.Now(), 1) {
+				n++
+			}
+			return n
 		}
 		busy := NewSet(cfg).Lane(Key{Host: "busy"})
 		for range 200 {
@@ -230,5 +240,38 @@ func TestPaceCutReadsFirstBurst(t *testing.T) {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		assert.InDelta(t, flatShare*95, p.wmax, 0.01)
+	})
+}
+
+// The attempts in flight stay right through every way an admission ends:
+// refused by the send rate after the circuit let it go (never sent, not
+// counted), a half-open probe's success, a throttled attempt.
+func TestLaneInFlightPaths(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := exact()
+		cfg.SeesEverySuccess = true
+		l := NewSet(cfg).Lane(Key{Host: "k"})
+		tk, _, err := l.Admit(t.Context(), Limits{})
+		require.NoError(t, err)
+		l.Done(tk, Outcome{Kind: Throttled, Cut: true}) // paced from now, at 10/s
+		assert.Zero(t, l.inFlight(), "a throttled attempt")
+		l.pace.Load().lim.AllowN(time.Now(), 1) // the bucket's one token
+		ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
+		_, _, err = l.Admit(ctx, Limits{})
+		cancel()
+		require.ErrorIs(t, err, ErrPaced)
+		assert.Zero(t, l.inFlight(), "refused by the send rate")
+		assert.Zero(t, l.ended.Load()-l.sent.Load()+l.early.Load(), "nothing counted as ended that was not sent")
+
+		time.Sleep(time.Minute) // slow start has long let the key go
+		trip(t, l)
+		time.Sleep(cfg.OpenFor)
+		probe, _, err := l.Admit(t.Context(), Limits{})
+		require.NoError(t, err)
+		require.True(t, probe.has(probeFlag))
+		assert.Equal(t, 1, l.inFlight(), "the probe")
+		l.Done(probe, Outcome{Kind: Success})
+		require.Equal(t, Closed, l.View(time.Now()).State)
+		assert.Zero(t, l.inFlight(), "after the probe's success")
 	})
 }

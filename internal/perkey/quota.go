@@ -71,7 +71,11 @@ func (l *Lane) Advertise(a Advert) Transitions {
 			p.lim = rate.NewLimiter(rate.Limit(a.Rate), left)
 			return p
 		})
-		p.advertise(a.At, a.Rate, left, l.inFlight(), a.At.Add(a.For+quotaHold))
+		sending := 0
+		if a.At.Sub(l.born) <= firstBurst {
+			sending = l.inFlight()
+		}
+		p.advertise(a.At, a.Rate, left, sending, a.At.Add(a.For+quotaHold))
 	}
 	return trs
 }
@@ -88,8 +92,8 @@ func (l *Lane) Advertised() Advert {
 func (l *Lane) Advertises() bool { return l.advertises.Load() }
 
 // advertise sets the quota the pacer keeps the key to. sending is how many
-// attempts the key's lane has in flight, when it knows (a young lane: see
-// Lane.inFlight), or 0.
+// attempts the key's lane has in flight in its first burst (within
+// firstBurst of its first request: see Lane.inFlight), or 0.
 func (p *pacer) advertise(now time.Time, r float64, left, sending int, until time.Time) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

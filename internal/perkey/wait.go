@@ -71,15 +71,6 @@ var ErrWaitedOut = errors.New("waited out")
 // queue, for its turn while the key recovers, and instead of being refused
 // while the circuit is open. join starts it in the queue.
 func (l *Lane) admitLoop(ctx context.Context, lim Limits, until time.Time, join bool) (Ticket, Transitions, error) {
-	tk, trs, err := l.admitWait(ctx, lim, until, join)
-	if err == nil {
-		l.countSent()
-	}
-	return tk, trs, err
-}
-
-// admitWait is admitLoop but for the count of attempts sent.
-func (l *Lane) admitWait(ctx context.Context, lim Limits, until time.Time, join bool) (Ticket, Transitions, error) {
 	var trs Transitions
 	g := grantNone
 	last := ErrWaitedOut // what a wait whose time is up ends with
@@ -131,9 +122,11 @@ func (l *Lane) admitted(ctx context.Context, lim Limits, tk Ticket, trs Transiti
 		}
 	}
 	if err != nil {
-		trs.merge(l.Done(tk, Outcome{}))
+		// Not counted among those sent: nor is its end.
+		trs.merge(l.doneSlow(tk, Outcome{}, false))
 		return Ticket{}, trs, err
 	}
+	countTo(&l.sent)
 	if tk.has(recovFlag) {
 		tk.at = time.Now().UnixNano() // the recovery times its answer
 	}
