@@ -7,10 +7,10 @@ import (
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
-// quotaSample: a key that has never advertised a quota has the response of
-// one first attempt in this many read for one (per stripe of the requests
-// counter, the first of each stripe included), as well as every response
-// that is not a success, once past its first quotaFirst successes. So a
+// quotaSample: past its first quotaFirst successes, a key that has never
+// advertised a quota has the response of one first attempt in this many
+// read for one (per stripe of the requests counter, the first of each
+// stripe included), as well as every response that is not a success. So a
 // key whose server starts advertising is found within a few dozen
 // requests, or at its first 429, and a key that never does pays one header
 // scan per quotaSample requests: about 1.5 ns a request on a typical
