@@ -305,13 +305,16 @@ func (c *tally) rateBeside(now time.Time, d time.Duration, held, until time.Time
 // refilling): both are ignored, and not counted (a pacer that had only an
 // advertised quota would be put into slow start by them). The first
 // throttle counts: a pacer that a throttle started is at that attempt's
-// generation. So does one to a key paced at its advertised quota,
-// unless it came with a hold: then the window the key's first burst
-// filled may be all it says, and the hold answers it.
+// generation. A throttle that came with a hold to a key paced at the
+// quota it advertises is ignored too: the server has said both the rate
+// it sustains and when to come back, and the hold answers it (cut, the
+// rate would stay below the quota the next windows grant, as the flat
+// curve takes tens of seconds to climb). Without a hold, it cuts: another
+// limiter than the advertised quota is refusing.
 func (p *pacer) throttle(now, from time.Time, gen uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if gen != p.gen || (p.okGen != p.gen && (p.throttles > 0 || from.After(now))) {
+	if gen != p.gen || (p.okGen != p.gen && p.throttles > 0) || (from.After(now) && p.quotaOnLocked(now)) {
 		return
 	}
 	// The rate throttled: read before the count, which puts a pacer that

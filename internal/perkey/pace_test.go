@@ -204,14 +204,12 @@ func TestAdvertiseSharedWithInFlight(t *testing.T) {
 	})
 }
 
-// A pacer made when a key first advertised its quota, after its first
-// burst had come back, has in its tally only the successes since. A 429
-// to an attempt of that burst changes nothing; the cut of a 429 with a
-// Retry-After to a paced attempt starts from the advertised rate it was
-// paced at, and reads the burst's successes from the lane: the key goes
-// on at flatShare of the advertised rate, not of slow start's first rate
-// or of the one success the pacer saw.
-func TestPaceCutReadsFirstBurst(t *testing.T) {
+// A key paced at the quota it advertises, its pacer made after its first
+// burst had come back. A 429 to an attempt of that burst changes nothing;
+// one with a Retry-After to a paced attempt leaves the rate at the quota
+// and the rest to the hold; one without cuts, from the quota the key was
+// paced at, not from slow start's first rate.
+func TestPaceQuotaThrottles(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := defaults()
 		cfg.SeesEverySuccess = true
@@ -225,21 +223,23 @@ func TestPaceCutReadsFirstBurst(t *testing.T) {
 			send(Outcome{Kind: Success})
 		}
 		time.Sleep(100 * time.Millisecond)
-		l.Advertise(Advert{At: time.Now(), Rate: 95, Left: 2, For: time.Second})
+		l.Advertise(Advert{At: time.Now(), Rate: 95, Left: 2, For: 10 * time.Second})
 		send(Outcome{Kind: Success}) // paced, at the pacer's generation
-		l.Hold(time.Now().Add(time.Second))
-		_, _, err := l.Admit(t.Context(), Limits{})
-		var held *HeldError
-		require.ErrorAs(t, err, &held)
 		p := l.pace.Load()
-		l.throttle(time.Now(), 0) // an unpaced attempt's 429 changes nothing
-		p.mu.Lock()
-		assert.InDelta(t, 95, p.rateAtLocked(time.Now()), 0.01, "still at the quota")
-		p.mu.Unlock()
-		p.throttle(time.Now(), l.holdUntil, p.gen) // a paced attempt's 429
+		rate := func() float64 {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			return p.rateAtLocked(time.Now())
+		}
+		l.throttle(time.Now(), 0) // an unpaced attempt's 429
+		assert.InDelta(t, 95, rate(), 0.01, "a 429 to the first burst")
+		p.throttle(time.Now(), time.Now().Add(time.Second), p.gen) // with a Retry-After
+		assert.InDelta(t, 95, rate(), 0.01, "a paced attempt's 429 with a Retry-After")
+		p.throttle(time.Now(), time.Now(), p.gen) // without
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		assert.InDelta(t, flatShare*95, p.wmax, 0.01)
+		assert.InDelta(t, 95, p.wmax, 0.01, "cut from the quota's rate")
+		assert.Less(t, p.rateAtLocked(time.Now()), 95.0, "and below it")
 	})
 }
 
