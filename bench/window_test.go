@@ -2,24 +2,26 @@ package bench
 
 import (
 	"fmt"
-	"math"
+	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/herdsim"
 	"github.com/stretchr/testify/assert"
 	"go.uber.org/goleak"
 )
 
 // TestFixedWindowLoopback runs the batch of the fixed-window test in
-// internal/herdsim on loopback, in real time: 2,000 GETs from 200 workers
-// through retryhttp's defaults, against a fixed window of 100 requests a
-// second (windows counted from the server's start) that answers 429 with
-// Retry-After: 1, with and without the IETF quota fields, its handler
-// taking 10 ms; the limiter either stands in front of the handler and
-// refuses at once, or refuses after the same 10 ms. Every batch must
+// internal/herdsim on loopback, in real time, against the same API
+// (herdsim.Window's server) put on the network: 2,000 GETs from 200
+// workers through retryhttp's defaults, against a fixed window of 100
+// requests a second (windows counted from the server's start) that answers
+// 429 with Retry-After: 1, with and without the IETF quota fields, its
+// handler taking 10 ms; the limiter either stands in front of the handler
+// and refuses at once, or refuses after the same 10 ms. Every batch must
 // deliver every request; the table shows what each cost. Here the first
 // wave is not one instant: 200 new connections reach the server over tens
 // of milliseconds, and the workers whose first answer comes back before
@@ -37,7 +39,8 @@ func TestFixedWindowLoopback(t *testing.T) {
 	var results []BatchResult
 	for _, refuse := range []time.Duration{0, handler} {
 		for _, headers := range []bool{true, false} {
-			srv := httptest.NewServer(&fixedWindow{limit: limit, headers: headers, handler: handler, refuse: refuse, start: time.Now()})
+			api := herdsim.Window{Limit: limit, Span: time.Second, Headers: headers, Latency: handler, RefuseLatency: refuse}.Server()
+			srv := httptest.NewServer(served(api))
 			base := NewBatchBase(workers)
 			r := RunBatch(cl, base, srv.URL+"/item", BatchConfig{Requests: requests, Workers: workers, Horizon: time.Minute})
 			base.CloseIdleConnections()
@@ -52,43 +55,18 @@ func TestFixedWindowLoopback(t *testing.T) {
 		limit, handler, requests, workers, time.Now().UTC().Format("2006-01-02 15:04 UTC"), httprateMarkdown(results, ideal))
 }
 
-// fixedWindow is an API behind a fixed-window rate limiter: at most limit
-// requests in each second since start, the rest answered 429 with
-// Retry-After: 1 after refuse; admitted requests are answered 200 after
-// handler. With headers, every answer carries RateLimit-Policy and
-// RateLimit in the IETF form.
-type fixedWindow struct {
-	limit            int
-	headers          bool
-	handler, refuse  time.Duration
-	start            time.Time
-	mu               sync.Mutex
-	window, admitted int // the current window's index and what it has admitted; guarded by mu
-}
-
-func (s *fixedWindow) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
-	since := time.Since(s.start)
-	s.mu.Lock()
-	if k := int(since / time.Second); k != s.window {
-		s.window, s.admitted = k, 0
-	}
-	ok := s.admitted < s.limit
-	if ok {
-		s.admitted++
-	}
-	left, window := s.limit-s.admitted, s.window
-	s.mu.Unlock()
-	if s.headers {
-		reset := time.Duration(window+1)*time.Second - since
-		w.Header().Set("RateLimit-Policy", fmt.Sprintf(`"fixed";q=%d;w=1`, s.limit))
-		w.Header().Set("RateLimit", fmt.Sprintf(`"fixed";r=%d;t=%d`, left, int(math.Ceil(reset.Seconds()))))
-	}
-	if !ok {
-		w.Header().Set("Retry-After", "1")
-		time.Sleep(s.refuse)
-		w.WriteHeader(http.StatusTooManyRequests)
-		return
-	}
-	time.Sleep(s.handler)
-	w.WriteHeader(http.StatusOK)
+// served answers HTTP requests with api's responses: a RoundTripper
+// that plays a server, put on the network.
+func served(api http.RoundTripper) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		resp, err := api.RoundTrip(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		defer resp.Body.Close()
+		maps.Copy(w.Header(), resp.Header)
+		w.WriteHeader(resp.StatusCode)
+		io.Copy(w, resp.Body)
+	})
 }

@@ -78,10 +78,15 @@ func (r WindowResult) String() string {
 		r.Name, r.Delivered, r.Attempts, r.Throttled, 100*float64(r.Throttled)/math.Max(float64(r.Attempts), 1), r.Done.Seconds(), r.Late)
 }
 
+// Server returns w's API, its windows counted from now: the server
+// RunWindow sends to, for a caller that serves it over a network. It
+// answers in the RoundTrip goroutine, after w's latencies.
+func (w Window) Server() http.RoundTripper { return &windowServer{w: w, start: time.Now()} }
+
 // RunWindow runs w inside a synctest bubble: each request is sent once
 // through the transport, as a caller without a queue of its own sends it.
 func RunWindow(w Window) WindowResult {
-	srv := &windowServer{w: w, start: time.Now()}
+	srv := w.Server().(*windowServer)
 	tr := retryhttp.New(srv, w.Options...)
 	var (
 		wg        sync.WaitGroup
