@@ -329,8 +329,9 @@ func (p *pacer) throttle(now, from time.Time, gen uint64) {
 		// window admits its quota at once and refuses the rest, whatever
 		// the rate it is sent, and a curve around the rate sent would
 		// take many cuts to come down to it. A key paced at its
-		// advertised quota has its rate already: the first throttle cuts
-		// it.
+		// advertised quota has its rate already: the first throttle
+		// without a Retry-After cuts it (one with a Retry-After was left
+		// to its hold, above).
 		p.wmax = was
 		if p.flat = from.After(now); p.flat {
 			// A pacer younger than the second has in its tally only the
