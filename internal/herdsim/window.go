@@ -161,14 +161,14 @@ func (s *windowServer) RoundTrip(req *http.Request) (*http.Response, error) {
 		s.refused[b]++
 		status = http.StatusTooManyRequests
 	}
-	left := s.w.Limit - s.used
+	left, window := s.w.Limit-s.used, s.window
 	s.mu.Unlock()
 	h := http.Header{}
 	if status == http.StatusTooManyRequests {
 		h.Set("Retry-After", "1")
 	}
 	if s.w.Headers {
-		reset := time.Duration(s.window+1)*s.w.Span - since
+		reset := time.Duration(window+1)*s.w.Span - since
 		t := int(math.Ceil(reset.Seconds()))
 		h.Set("RateLimit-Policy", fmt.Sprintf(`"fixed";q=%d;w=%d`, s.w.Limit, int(s.w.Span.Seconds())))
 		h.Set("RateLimit", fmt.Sprintf(`"fixed";r=%d;t=%d`, left, t))
