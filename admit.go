@@ -1,7 +1,12 @@
 package retryhttp
 
 import (
+	"encoding/json"
 	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/retryhttp/retryhttp/internal/perkey"
@@ -116,34 +121,6 @@ func (r *retrier) refused(err error) error {
 	return err
 }
 
-// errTurn is the cause when a request that waited its turn behind the
-// waiters of a recovering key was not let go in time. It satisfies
-// errors.Is(err, ErrCircuitOpen): the circuit has just closed, and the key
-// is taking back its load.
-var errTurn = &turnError{}
-
-type turnError struct{}
-
-func (*turnError) Error() string {
-	return "retryhttp: circuit open: the key is recovering, and the request's turn did not come"
-}
-func (*turnError) Is(target error) bool { return target == ErrCircuitOpen }
-
-// admitReason names why admission failed.
-func admitReason(err error) Reason {
-	switch {
-	case errors.Is(err, ErrHeld):
-		return ReasonHeld
-	case errors.Is(err, ErrCircuitOpen):
-		return ReasonCircuitOpen
-	case errors.Is(err, ErrConcurrencyLimit):
-		return ReasonConcurrencyLimit
-	case err == errPaced:
-		return ReasonDeadline
-	}
-	return ReasonContextDone
-}
-
 // report passes the changes a call to the key's lane made to the hooks,
 // to BreakerConfig.OnStateChange and to a fleet, after the lane's lock has
 // been released. Most calls make none.
@@ -164,29 +141,51 @@ func (r *retrier) reportAll(trs perkey.Transitions) {
 	}
 }
 
-// ErrHeld is wrapped by the error of a request whose key is held: a server
-// asked, with a long Retry-After, for no request before an instant that the
-// request could not wait for (its deadline, or its Retry-After clamp, comes
-// first). Error.Until says when the hold ends.
-var ErrHeld = errors.New("retryhttp: held by the server's Retry-After")
-
-// heldError refuses an attempt while the key is held.
-type heldError struct{ until time.Time }
-
-func (e *heldError) Error() string        { return ErrHeld.Error() + " until " + e.until.Format(time.RFC3339) }
-func (e *heldError) Is(target error) bool { return target == ErrHeld }
-
-// errIsolated refuses the requests to a key an operator isolated.
-var errIsolated = &isolatedError{}
-
-type isolatedError struct{}
-
-func (*isolatedError) Error() string        { return "retryhttp: circuit open: isolated by an operator" }
-func (*isolatedError) Is(target error) bool { return target == ErrCircuitOpen }
-
 // holdThreshold is the shortest Retry-After that holds its key. A server
 // that asks for 5 s or more has said what the breaker would need seconds
 // of failures to learn, and every request to the key, not only the one
 // answered, should wait. A shorter wait paces that one request, which its
 // retry's delay obeys.
 const holdThreshold = 5 * time.Second
+
+// LocalHeader marks a response made by this transport rather than by the
+// server: its value says why ("circuit-open", or "held" for a hold).
+const LocalHeader = "X-Retryhttp-Local"
+
+// localOpenResponse is the 503 a request gets, with
+// WithCircuitOpenResponse, when the circuit of its key is open, or its key
+// held, until probeAt: it tells an SDK above when to come back, in the
+// headers SDKs read, and is marked as local. The wait it gives is spread by
+// up to spread past probeAt, so that the callers refused together do not
+// come back together, and rounded up, so that a caller that waits exactly
+// what it is told never comes back before the circuit lets it through.
+func localOpenResponse(req *http.Request, key hostKey, probeAt time.Time, spread time.Duration, reason Reason) *http.Response {
+	wait := max(time.Until(probeAt), 0) + uniform(0, spread)
+	ms := strconv.FormatInt(int64((wait+time.Millisecond-1)/time.Millisecond), 10)
+	secs := strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10)
+	why := "circuit-open"
+	if reason == ReasonHeld {
+		why = "held"
+	}
+	msg := "retryhttp: " + reason.String() + " for " + key.String() + "; retry after " + secs + " s"
+	body, _ := json.Marshal(map[string]map[string]string{"error": {"type": "api_error", "code": strings.ReplaceAll(why, "-", "_"), "message": msg}})
+	h := http.Header{
+		"Content-Type":      {"application/json"},
+		"Retry-After":       {secs},
+		"Retry-After-Ms":    {ms},
+		"X-Amz-Retry-After": {ms},
+		"X-Amzn-ErrorType":  {"ServiceUnavailable"}, // names the error for aws-sdk-go-v2's JSON protocols
+		LocalHeader:         {why},
+	}
+	return &http.Response{
+		Status:        "503 Service Unavailable",
+		StatusCode:    http.StatusServiceUnavailable,
+		Proto:         "HTTP/1.1",
+		ProtoMajor:    1,
+		ProtoMinor:    1,
+		Header:        h,
+		Body:          io.NopCloser(strings.NewReader(string(body))),
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}
+}

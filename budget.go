@@ -1,7 +1,6 @@
 package retryhttp
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"sync/atomic"
@@ -10,14 +9,6 @@ import (
 	"github.com/retryhttp/retryhttp/internal/perkey"
 	"golang.org/x/time/rate"
 )
-
-// ErrBudgetExhausted is the reason reported when the retry budget has no
-// token for a retry (and the request's wait for its key, if it may wait,
-// ended unanswered). The caller still gets the last real response when it
-// has one to give; an Error wraps ErrBudgetExhausted beside the last
-// attempt's transport error, or alone when the response could not be kept
-// while the request waited (see WithMaxWait).
-var ErrBudgetExhausted = errors.New("retryhttp: retry budget exhausted")
 
 // Budget defaults.
 const (
@@ -242,11 +233,4 @@ func (b *Budget) tokenAt(k hostKey, now time.Time) (at time.Time, spread time.Du
 // banked deposits are lost, which only makes the budget stricter.
 func (k *bucket) idle(now time.Time) bool {
 	return k.floor == nil || k.floor.TokensAt(now) >= float64(k.floor.Burst())
-}
-
-// WithBudget sets the retry budget; nil turns it off. New uses a fresh
-// NewBudget(BudgetConfig{}) when this option is not given. Pass the same
-// Budget to several transports to share it.
-func WithBudget(b *Budget) Option {
-	return newTransportOption("WithBudget", func(t *Transport) { t.budget = b })
 }

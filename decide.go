@@ -1,6 +1,9 @@
 package retryhttp
 
-import "time"
+import (
+	"net/http"
+	"time"
+)
 
 // facts are what decide knows of a failed attempt, as plain values.
 type facts struct {
@@ -71,4 +74,60 @@ func decide(f facts) (next, Reason) {
 	}
 	// Sleeping would outlive the caller's deadline: return now.
 	return stop, ReasonDeadline
+}
+
+// DefaultRetryIf is the default test of WithRetryIf. It retries transport
+// errors and the statuses 408, 429, 500, 502, 503 and 504, unless the server
+// advises otherwise: on a response with a status of 400 or above, the
+// headers X-Should-Retry (sent by OpenAI, Anthropic and other APIs whose
+// SDKs are generated alike) and Stripe-Should-Retry, when "true" or "false",
+// decide instead. Whatever it says, the transport never retries the
+// caller's own context ending, a certificate error, or an error the request
+// itself caused before anything reached the host (a malformed URL or
+// header, an unsupported scheme).
+func DefaultRetryIf(resp *http.Response, err error) bool {
+	if err != nil {
+		return true
+	}
+	if resp.StatusCode >= 400 {
+		if advice, ok := shouldRetry(resp.Header); ok {
+			return advice
+		}
+	}
+	switch resp.StatusCode {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests,
+		http.StatusInternalServerError, http.StatusBadGateway,
+		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true
+	}
+	return false
+}
+
+// shouldRetry reads a server's advice on retrying a response: ok is false
+// when it gives none.
+func shouldRetry(h http.Header) (retry, ok bool) {
+	for _, name := range [...]string{"X-Should-Retry", "Stripe-Should-Retry"} {
+		switch h.Get(name) {
+		case "true":
+			return true, true
+		case "false":
+			return false, true
+		}
+	}
+	return false, false
+}
+
+// DefaultIdempotentIf is the default test of WithIdempotentIf: the methods
+// that RFC 9110 defines as idempotent (GET, HEAD, OPTIONS, TRACE, PUT,
+// DELETE), and POST or PATCH carrying a non-empty Idempotency-Key header,
+// which asks the server to apply the request at most once.
+func DefaultIdempotentIf(req *http.Request) bool {
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions,
+		http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	case http.MethodPost, http.MethodPatch:
+		return req.Header.Get("Idempotency-Key") != ""
+	}
+	return false
 }

@@ -3,6 +3,7 @@ package retryhttp
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 )
@@ -151,3 +152,144 @@ func (e *attemptTimeoutError) Unwrap() []error {
 }
 
 func (e *attemptTimeoutError) Timeout() bool { return true }
+
+// ErrCircuitOpen is wrapped by the error of a request that a host's open
+// circuit refused, or woke from its sleep before a retry.
+var ErrCircuitOpen = errors.New("retryhttp: circuit open")
+
+// ErrBudgetExhausted is the reason reported when the retry budget has no
+// token for a retry (and the request's wait for its key, if it may wait,
+// ended unanswered). The caller still gets the last real response when it
+// has one to give; an Error wraps ErrBudgetExhausted beside the last
+// attempt's transport error, or alone when the response could not be kept
+// while the request waited (see WithMaxWait).
+var ErrBudgetExhausted = errors.New("retryhttp: retry budget exhausted")
+
+// errTurn is the cause when a request that waited its turn behind the
+// waiters of a recovering key was not let go in time. It satisfies
+// errors.Is(err, ErrCircuitOpen): the circuit has just closed, and the key
+// is taking back its load.
+var errTurn = &turnError{}
+
+type turnError struct{}
+
+func (*turnError) Error() string {
+	return "retryhttp: circuit open: the key is recovering, and the request's turn did not come"
+}
+
+func (*turnError) Is(target error) bool { return target == ErrCircuitOpen }
+
+// ErrHeld is wrapped by the error of a request whose key is held: a server
+// asked, with a long Retry-After, for no request before an instant that the
+// request could not wait for (its deadline, or its Retry-After clamp, comes
+// first). Error.Until says when the hold ends.
+var ErrHeld = errors.New("retryhttp: held by the server's Retry-After")
+
+// heldError refuses an attempt while the key is held.
+type heldError struct{ until time.Time }
+
+func (e *heldError) Error() string { return ErrHeld.Error() + " until " + e.until.Format(time.RFC3339) }
+
+func (e *heldError) Is(target error) bool { return target == ErrHeld }
+
+// errIsolated refuses the requests to a key an operator isolated.
+var errIsolated = &isolatedError{}
+
+type isolatedError struct{}
+
+func (*isolatedError) Error() string { return "retryhttp: circuit open: isolated by an operator" }
+
+func (*isolatedError) Is(target error) bool { return target == ErrCircuitOpen }
+
+// errPaced is the cause when a throttled key's send rate leaves no room
+// for the attempt before the request's deadline; it satisfies
+// errors.Is(err, context.DeadlineExceeded).
+var errPaced = &pacedError{}
+
+type pacedError struct{}
+
+func (*pacedError) Error() string {
+	return "retryhttp: the key's send rate leaves no room before the deadline"
+}
+
+func (*pacedError) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// ErrConcurrencyLimit is wrapped by the error of a request refused because
+// its key already had as many attempts in flight as WithConcurrencyLimit
+// allows, in its refusing mode.
+var ErrConcurrencyLimit = errors.New("retryhttp: concurrency limit reached")
+
+// waitedError is the cause of a request that waited for its key and was
+// not let go: it satisfies errors.Is for the refusal it waited out
+// (ErrCircuitOpen, ErrBudgetExhausted) and for what ended the wait (the
+// context's deadline), and says how long it waited.
+type waitedError struct {
+	cause  error
+	waited time.Duration
+	err    error // what ended the wait early; nil: the wait allowance
+}
+
+func (e *waitedError) Error() string {
+	msg := fmt.Sprintf("%v after waiting %v for the key", e.cause, e.waited.Round(time.Millisecond))
+	if e.err != nil {
+		msg += ": " + e.err.Error()
+	}
+	return msg
+}
+
+func (e *waitedError) Unwrap() []error {
+	if e.err == nil {
+		return []error{e.cause}
+	}
+	return []error{e.cause, e.err}
+}
+
+var errNotFromNew = errors.New("retryhttp: Transport used without New; create it with retryhttp.New")
+
+// wrap builds the Error returned without a response.
+func (r *retrier) wrap(attemptErr error, reason Reason, cause error) error {
+	if cause == nil {
+		switch reason {
+		case ReasonCircuitOpen:
+			cause = ErrCircuitOpen
+		case ReasonBudgetExhausted:
+			cause = ErrBudgetExhausted
+		}
+	}
+	err := attemptErr
+	switch {
+	case err == nil:
+		err = cause
+	case cause != nil && !errors.Is(err, cause):
+		err = fmt.Errorf("%w after %w", cause, err)
+	}
+	k := r.keyOf()
+	e := &Error{Method: r.req.Method, Key: k.String(), Attempts: r.attempts, Reason: reason, Err: err, Waited: r.waited, key: k}
+	if (reason == ReasonCircuitOpen || reason == ReasonHeld) && r.lane != nil {
+		e.Until = r.probeAt()
+	}
+	return e
+}
+
+// reasonOf is the one mapping from what stopped a request off the network
+// to its Reason: the error of an admission, a sleep or a wait for the key.
+// The caller's own cancellation is always ReasonContextDone; a wait that
+// ended unanswered names the refusal it waited out; a sleep or a wait that
+// the deadline ended, with nothing else to blame, is ReasonContextDone too.
+func reasonOf(err error) Reason {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return ReasonContextDone
+	case errors.Is(err, ErrHeld):
+		return ReasonHeld
+	case errors.Is(err, ErrCircuitOpen):
+		return ReasonCircuitOpen
+	case errors.Is(err, ErrBudgetExhausted):
+		return ReasonBudgetExhausted
+	case errors.Is(err, ErrConcurrencyLimit):
+		return ReasonConcurrencyLimit
+	case err == errPaced:
+		return ReasonDeadline
+	}
+	return ReasonContextDone
+}

@@ -150,12 +150,6 @@ func NewFleet(s Store, c FleetConfig) *Fleet {
 	return f
 }
 
-// WithFleet shares the transport's breaker and budget through f. nil means
-// none (the default).
-func WithFleet(f *Fleet) Option {
-	return newTransportOption("WithFleet", func(t *Transport) { t.fleet = f })
-}
-
 // attach makes f share b and bu; either may be nil.
 func (f *Fleet) attach(b *Breaker, bu *Budget) {
 	f.mu.Lock()

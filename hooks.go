@@ -1,9 +1,10 @@
 package retryhttp
 
 import (
-	"context"
 	"net/http"
 	"time"
+
+	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
 // Hooks is a set of optional callbacks that observe a Transport, in the
@@ -123,20 +124,6 @@ type CircuitChangeInfo struct {
 	Until time.Time
 }
 
-// WithHooks sets hooks called for every request through the transport; nil
-// means none.
-func WithHooks(h *Hooks) Option {
-	return newTransportOption("WithHooks", func(t *Transport) { t.hooks = h })
-}
-
-// ContextWithHooks returns a copy of ctx carrying hooks for the requests made
-// with it, called beside the transport's own.
-func ContextWithHooks(ctx context.Context, h *Hooks) context.Context {
-	pr := perRequestOf(ctx)
-	pr.hooks = h
-	return context.WithValue(ctx, requestKey{}, pr)
-}
-
 // hookSet is the hooks of one request: the transport's and the request's.
 type hookSet struct {
 	t, r *Hooks
@@ -166,3 +153,29 @@ func (h *Hooks) giveUp() func(GiveUpInfo)               { return h.GiveUp }
 func (h *Hooks) circuitChange() func(CircuitChangeInfo) { return h.CircuitChange }
 func (h *Hooks) waitDone() func(WaitInfo)               { return h.WaitDone }
 func (h *Hooks) quota() func(QuotaInfo)                 { return h.Quota }
+
+// Quota is one quota policy a server advertised in its rate-limit
+// headers (RateLimit and RateLimit-Policy, X-RateLimit-*, and the vendors'
+// forms): its limit per window, what is left, and when the window resets.
+type Quota struct {
+	// Partition is the server's name for the quota's partition: the pk
+	// parameter of RateLimit, or GitHub's x-ratelimit-resource; "" when it
+	// names none.
+	Partition string
+	Limit     int64         // requests per window; -1 unknown
+	Window    time.Duration // the window; 0 unknown
+	Remaining int64         // requests left in the window; -1 unknown
+	Reset     time.Time     // when the window resets, clamped like a Retry-After; the zero time unknown
+}
+
+// quotasOf returns the policies of a as Quotas; nil for none.
+func quotasOf(a perkey.Advert) []Quota {
+	if a.N == 0 {
+		return nil
+	}
+	out := make([]Quota, a.N)
+	for i, p := range a.Policies[:a.N] {
+		out[i] = Quota{Partition: p.Partition, Limit: p.Limit, Window: p.Window, Remaining: p.Remaining, Reset: p.Reset}
+	}
+	return out
+}

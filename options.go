@@ -1,6 +1,7 @@
 package retryhttp
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -255,58 +256,175 @@ func WithFailingHorizon(d time.Duration) Option {
 // minAttemptTimeout is the shortest attempt timeout WithAttemptTimeout sets.
 const minAttemptTimeout = time.Millisecond
 
-// DefaultRetryIf is the default test of WithRetryIf. It retries transport
-// errors and the statuses 408, 429, 500, 502, 503 and 504, unless the server
-// advises otherwise: on a response with a status of 400 or above, the
-// headers X-Should-Retry (sent by OpenAI, Anthropic and other APIs whose
-// SDKs are generated alike) and Stripe-Should-Retry, when "true" or "false",
-// decide instead. Whatever it says, the transport never retries the
-// caller's own context ending, a certificate error, or an error the request
-// itself caused before anything reached the host (a malformed URL or
-// header, an unsupported scheme).
-func DefaultRetryIf(resp *http.Response, err error) bool {
-	if err != nil {
-		return true
-	}
-	if resp.StatusCode >= 400 {
-		if advice, ok := shouldRetry(resp.Header); ok {
-			return advice
-		}
-	}
-	switch resp.StatusCode {
-	case http.StatusRequestTimeout, http.StatusTooManyRequests,
-		http.StatusInternalServerError, http.StatusBadGateway,
-		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
-		return true
-	}
-	return false
+// requestKey is the context key of what one request carries for the
+// transport: its hooks and its options, in one value so that RoundTrip
+// looks the context up once.
+type requestKey struct{}
+
+type perRequest struct {
+	hooks *Hooks
+	opts  []RequestOption
 }
 
-// shouldRetry reads a server's advice on retrying a response: ok is false
-// when it gives none.
-func shouldRetry(h http.Header) (retry, ok bool) {
-	for _, name := range [...]string{"X-Should-Retry", "Stripe-Should-Retry"} {
-		switch h.Get(name) {
-		case "true":
-			return true, true
-		case "false":
-			return false, true
-		}
+// perRequestOf returns a copy of what ctx carries for the transport, or an
+// empty one.
+func perRequestOf(ctx context.Context) *perRequest {
+	pr := &perRequest{}
+	if old, ok := ctx.Value(requestKey{}).(*perRequest); ok {
+		*pr = *old
+		pr.opts = slices.Clone(old.opts)
 	}
-	return false, false
+	return pr
 }
 
-// DefaultIdempotentIf is the default test of WithIdempotentIf: the methods
-// that RFC 9110 defines as idempotent (GET, HEAD, OPTIONS, TRACE, PUT,
-// DELETE), and POST or PATCH carrying a non-empty Idempotency-Key header,
-// which asks the server to apply the request at most once.
-func DefaultIdempotentIf(req *http.Request) bool {
-	switch req.Method {
-	case "", http.MethodGet, http.MethodHead, http.MethodOptions,
-		http.MethodTrace, http.MethodPut, http.MethodDelete:
-		return true
-	case http.MethodPost, http.MethodPatch:
-		return req.Header.Get("Idempotency-Key") != ""
+// ContextWithOptions returns a copy of ctx that carries options for the
+// requests made with it: they apply after the transport's own, to those
+// requests only. SDKs pass the caller's context down to the transport, so
+// this sets one call's retries through an SDK that hides its requests:
+//
+//	ctx = retryhttp.ContextWithOptions(ctx, retryhttp.WithMaxAttempts(1)) // no retries for this call
+//
+// The options a request may take are the RequestOptions: those that shape
+// its own retries. Per-request hooks go through ContextWithHooks. Options
+// set again through a derived context add to the earlier ones, the later
+// winning. A request with no options costs nothing more; one with options
+// pays for a copy of the transport's settings.
+func ContextWithOptions(ctx context.Context, opts ...RequestOption) context.Context {
+	pr := perRequestOf(ctx)
+	for _, o := range opts {
+		if o != nil {
+			pr.opts = append(pr.opts, o)
+		}
 	}
-	return false
+	return context.WithValue(ctx, requestKey{}, pr)
+}
+
+// settings returns the transport's settings with the request's options
+// applied.
+func (pr *perRequest) settings(base *settings) *settings {
+	s := *base
+	for _, o := range pr.opts {
+		o.applyRequest(&s)
+	}
+	s.stateful = stateful(s.policy)
+	return &s
+}
+
+// WithHooks sets hooks called for every request through the transport; nil
+// means none.
+func WithHooks(h *Hooks) Option {
+	return newTransportOption("WithHooks", func(t *Transport) { t.hooks = h })
+}
+
+// ContextWithHooks returns a copy of ctx carrying hooks for the requests made
+// with it, called beside the transport's own.
+func ContextWithHooks(ctx context.Context, h *Hooks) context.Context {
+	pr := perRequestOf(ctx)
+	pr.hooks = h
+	return context.WithValue(ctx, requestKey{}, pr)
+}
+
+// defaultMaxWait is the longest a request waits, in all, for its key to
+// recover, by default: the default policy's cap. A wait that long is still
+// within a delivery's usefulness (an event delivered a minute late is
+// still news; ten minutes late it is a log entry), and a request that
+// waited its whole retry sequence would have spent about as long at its
+// cap; the caller's own deadline bounds it first when shorter.
+const defaultMaxWait = defaultCap
+
+// WithMaxWait sets the longest a request waits, in all, for its key to
+// recover, where the retry budget, an open circuit or an isolated key
+// would otherwise refuse it. The default is 30 s; the request's context
+// bounds the wait too. A waiting request holds no connection and no
+// goroutine of the transport's; the key lets it go, oldest first, only on
+// evidence that it is back (a probe or another request answered), at a
+// rate that starts low and grows while the key keeps answering. The wait
+// is not an attempt: a request still sends at most WithMaxAttempts times.
+// When the wait ends unanswered, the caller gets what it would have got
+// without waiting (the last response, or an Error with the reason), and
+// GiveUpInfo and Error say how long it waited.
+//
+// 0 refuses at once, as a dispatcher with its own queue wants: it turns
+// the request back and asks RetryAt when to send it again.
+func WithMaxWait(d time.Duration) RequestOption {
+	nonNegative("WithMaxWait", d)
+	return newRequestOption("WithMaxWait", func(s *settings) { s.maxWait = d })
+}
+
+// WithQuotaPartition names the quota partition each request spends, for a
+// server that keeps several quotas on one host: one per API key (the pk of
+// the IETF RateLimit field), or per resource (GitHub's search and core).
+// Requests of different partitions are kept apart, as if their keys
+// differed: each partition has its own hold, send rate and circuit, so one
+// partition's exhausted quota does not slow the others. f returns the
+// partition; "" leaves the request in its key's own. nil, the default,
+// keeps one partition per key: a server's quotas for several partitions
+// then all apply to every request of the key.
+//
+//	retryhttp.WithQuotaPartition(func(r *http.Request) string {
+//		if strings.HasPrefix(r.URL.Path, "/search/") {
+//			return "search"
+//		}
+//		return "core"
+//	})
+//
+// f is called for every request, so it should be cheap; it must not
+// modify the request.
+func WithQuotaPartition(f func(*http.Request) string) Option {
+	return newTransportOption("WithQuotaPartition", func(t *Transport) { t.partFunc = f })
+}
+
+// WithQuotaHeaders turns the reading of servers' rate-limit headers on
+// (the default) or off. On, a key whose server advertises its quota is
+// held while the quota is exhausted, until it resets, and paced at the
+// rate the quota sustains, so that a batch is not refused at all; off,
+// only 429s and Retry-After shape the key's send rate.
+func WithQuotaHeaders(on bool) Option {
+	return newTransportOption("WithQuotaHeaders", func(t *Transport) { t.noQuota = !on })
+}
+
+// WithBreaker sets the circuit breaker; nil turns it off. New uses a fresh
+// NewBreaker(BreakerConfig{}) when this option is not given. Pass the same
+// Breaker to several transports to share it.
+func WithBreaker(b *Breaker) Option {
+	return newTransportOption("WithBreaker", func(t *Transport) { t.breaker = b })
+}
+
+// WithBudget sets the retry budget; nil turns it off. New uses a fresh
+// NewBudget(BudgetConfig{}) when this option is not given. Pass the same
+// Budget to several transports to share it.
+func WithBudget(b *Budget) Option {
+	return newTransportOption("WithBudget", func(t *Transport) { t.budget = b })
+}
+
+// WithFleet shares the transport's breaker and budget through f. nil means
+// none (the default).
+func WithFleet(f *Fleet) Option {
+	return newTransportOption("WithFleet", func(t *Transport) { t.fleet = f })
+}
+
+// defaultMaxAttempts is the default number of attempts, the first included.
+// With the default policy four attempts wait at most 0.2+0.4+0.8 = 1.4 s in
+// all: enough to ride out a blip, short enough that a caller is not held
+// long by a host that is down (the breaker handles that).
+const defaultMaxAttempts = 4
+
+// settings are what a Transport's options set for each request.
+type settings struct {
+	policy           Policy
+	stateful         bool // policy may use its prev argument: it needs per-host memory
+	slowCalls        bool // the breaker counts slow attempts: time them (slowcall.go)
+	maxAttempts      int
+	firstJitter      time.Duration
+	maxRetryAfter    time.Duration
+	retryAfterSpread time.Duration
+	retryIf          func(*http.Response, error) bool
+	idempotentIf     func(*http.Request) bool
+	bodyBuffer       int64
+	attemptTimeout   time.Duration
+	throttleOn       []int         // statuses that cut a key's send rate when they come without Retry-After
+	maxInFlight      int           // attempts in flight per key; 0: no limit
+	refuseInFlight   bool          // refuse an attempt over maxInFlight rather than wait
+	maxWait          time.Duration // the longest a request waits, in all, for its key to recover; 0: refuse at once
+	responseBuffer   int64         // the largest successful response body read before RoundTrip returns; 0: none
 }

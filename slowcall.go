@@ -9,19 +9,6 @@ import (
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
-// defaultSlowAfter is BreakerConfig.SlowAfter's default: an attempt whose
-// caller gives up counts against its host only after it has waited a
-// second for the response headers. Callers commonly give an interactive
-// request a few hundred milliseconds; a deadline that short says more
-// about the caller than about the host, and must never open a healthy
-// host's circuit, even before the transport has seen the host answer. A
-// second is also Hystrix's default command timeout, which it counts as a
-// failure of the dependency. A host whose answers take longer is guarded
-// by its own answer time (see perkey's latency.go); and a hung host is
-// still caught within the breaker's 2 s span, by callers whose deadlines
-// are longer than a second.
-const defaultSlowAfter = time.Second
-
 // An attempt that ends because its caller's context ended says, on its
 // own, nothing about the host: classify gives it no outcome. Yet a host
 // that accepts connections and never answers leaves its callers nothing

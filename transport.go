@@ -1,8 +1,6 @@
 package retryhttp
 
 import (
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -10,12 +8,6 @@ import (
 	"github.com/hashicorp/go-cleanhttp"
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
-
-// defaultMaxAttempts is the default number of attempts, the first included.
-// With the default policy four attempts wait at most 0.2+0.4+0.8 = 1.4 s in
-// all: enough to ride out a blip, short enough that a caller is not held
-// long by a host that is down (the breaker handles that).
-const defaultMaxAttempts = 4
 
 // Transport is an http.RoundTripper that retries through next. Create it
 // with New; a zero Transport sends nothing and returns an error saying so.
@@ -44,26 +36,6 @@ type Transport struct {
 	// on whether a breaker is configured.
 	lanes *perkey.Set
 	stats stats
-}
-
-// settings are what a Transport's options set for each request.
-type settings struct {
-	policy           Policy
-	stateful         bool // policy may use its prev argument: it needs per-host memory
-	slowCalls        bool // the breaker counts slow attempts: time them (slowcall.go)
-	maxAttempts      int
-	firstJitter      time.Duration
-	maxRetryAfter    time.Duration
-	retryAfterSpread time.Duration
-	retryIf          func(*http.Response, error) bool
-	idempotentIf     func(*http.Request) bool
-	bodyBuffer       int64
-	attemptTimeout   time.Duration
-	throttleOn       []int         // statuses that cut a key's send rate when they come without Retry-After
-	maxInFlight      int           // attempts in flight per key; 0: no limit
-	refuseInFlight   bool          // refuse an attempt over maxInFlight rather than wait
-	maxWait          time.Duration // the longest a request waits, in all, for its key to recover; 0: refuse at once
-	responseBuffer   int64         // the largest successful response body read before RoundTrip returns; 0: none
 }
 
 // New returns a Transport that sends requests through next, or through
@@ -109,8 +81,6 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 	return t
 }
 
-var errNotFromNew = errors.New("retryhttp: Transport used without New; create it with retryhttp.New")
-
 // CloseIdleConnections closes the idle connections of the next RoundTripper,
 // if it has such a method; http.Client.CloseIdleConnections reaches it.
 func (t *Transport) CloseIdleConnections() {
@@ -153,7 +123,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if r.s.firstJitter > 0 {
 		// Spread a bulk sender's first attempts; cancellable like any sleep.
 		if err := r.sleep(perkey.Uniform(0, r.s.firstJitter)); err != nil {
-			return r.finish(nil, nil, sleepReason(err), err)
+			return r.finish(nil, nil, reasonOf(err), err)
 		}
 	}
 
@@ -165,7 +135,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// admitted it.
 		if !r.admitted {
 			if aerr := r.admit(); aerr != nil {
-				return r.finish(r.kept, err, admitReason(aerr), aerr)
+				return r.finish(r.kept, err, reasonOf(aerr), aerr)
 			}
 		}
 
@@ -217,7 +187,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				r.resp = nil
 			}
 			if serr := r.sleep(time.Until(f.now.Add(delay))); serr != nil && !(serr == ErrCircuitOpen && r.maxWaitLeft() > 0) {
-				return r.finish(nil, err, sleepReason(serr), serr)
+				return r.finish(nil, err, reasonOf(serr), serr)
 			}
 			continue // an open circuit woke it: the next admission waits
 		}
@@ -228,7 +198,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			// asking the budget gives up, if its wait ends unanswered, as
 			// one the budget refused.
 			if qerr := r.queue(reason); qerr != nil {
-				return r.finish(r.kept, err, waitReason(qerr, ReasonBudgetExhausted), qerr)
+				return r.finish(r.kept, err, reasonOf(qerr), qerr)
 			}
 		}
 	}
@@ -513,15 +483,6 @@ func (r *retrier) sleep(d time.Duration) error {
 	return err
 }
 
-// sleepReason names why a sleep ended early: the key's circuit opened, or
-// the context ended.
-func sleepReason(err error) Reason {
-	if errors.Is(err, ErrCircuitOpen) {
-		return ReasonCircuitOpen
-	}
-	return ReasonContextDone
-}
-
 // finish ends the request. resp is the last response if it is still
 // intact, and goes back to the caller as it is, with the caller's own
 // request as its Request; otherwise the caller gets an Error whose cause is
@@ -580,27 +541,22 @@ func (r *retrier) probeAt() time.Time {
 	return r.lane.View(now).ProbeAt(now)
 }
 
-// wrap builds the Error returned without a response.
-func (r *retrier) wrap(attemptErr error, reason Reason, cause error) error {
-	if cause == nil {
-		switch reason {
-		case ReasonCircuitOpen:
-			cause = ErrCircuitOpen
-		case ReasonBudgetExhausted:
-			cause = ErrBudgetExhausted
+// hostKey is what per-key state is kept by: scheme://host[:port] by
+// default, or what WithKey computes.
+type hostKey = perkey.Key
+
+// requestKey returns the key of req.
+func (t *Transport) requestKey(req *http.Request) hostKey {
+	var k hostKey
+	if t.keyFunc != nil {
+		k = perkey.ParseKey(t.keyFunc(req))
+	} else {
+		k = perkey.KeyOf(req.URL)
+	}
+	if t.partFunc != nil {
+		if p := t.partFunc(req); p != "" {
+			k = perkey.Key{Host: k.String() + "#" + p}
 		}
 	}
-	err := attemptErr
-	switch {
-	case err == nil:
-		err = cause
-	case cause != nil && !errors.Is(err, cause):
-		err = fmt.Errorf("%w after %w", cause, err)
-	}
-	k := r.keyOf()
-	e := &Error{Method: r.req.Method, Key: k.String(), Attempts: r.attempts, Reason: reason, Err: err, Waited: r.waited, key: k}
-	if (reason == ReasonCircuitOpen || reason == ReasonHeld) && r.lane != nil {
-		e.Until = r.probeAt()
-	}
-	return e
+	return k
 }

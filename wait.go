@@ -4,40 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"time"
 
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
-
-// defaultMaxWait is the longest a request waits, in all, for its key to
-// recover, by default: the default policy's cap. A wait that long is still
-// within a delivery's usefulness (an event delivered a minute late is
-// still news; ten minutes late it is a log entry), and a request that
-// waited its whole retry sequence would have spent about as long at its
-// cap; the caller's own deadline bounds it first when shorter.
-const defaultMaxWait = defaultCap
-
-// WithMaxWait sets the longest a request waits, in all, for its key to
-// recover, where the retry budget, an open circuit or an isolated key
-// would otherwise refuse it. The default is 30 s; the request's context
-// bounds the wait too. A waiting request holds no connection and no
-// goroutine of the transport's; the key lets it go, oldest first, only on
-// evidence that it is back (a probe or another request answered), at a
-// rate that starts low and grows while the key keeps answering. The wait
-// is not an attempt: a request still sends at most WithMaxAttempts times.
-// When the wait ends unanswered, the caller gets what it would have got
-// without waiting (the last response, or an Error with the reason), and
-// GiveUpInfo and Error say how long it waited.
-//
-// 0 refuses at once, as a dispatcher with its own queue wants: it turns
-// the request back and asks RetryAt when to send it again.
-func WithMaxWait(d time.Duration) RequestOption {
-	nonNegative("WithMaxWait", d)
-	return newRequestOption("WithMaxWait", func(s *settings) { s.maxWait = d })
-}
 
 // maxWaitLeft returns how much longer the request may wait for its key.
 func (r *retrier) maxWaitLeft() time.Duration {
@@ -86,15 +58,6 @@ func (r *retrier) queue(cause Reason) error {
 	return r.waitRefused(err, ErrBudgetExhausted)
 }
 
-// waitReason names why a request whose wait for its key failed stopped:
-// the caller's own cancellation, or the refusal it waited out.
-func waitReason(err error, refusal Reason) Reason {
-	if errors.Is(err, context.Canceled) {
-		return ReasonContextDone
-	}
-	return refusal
-}
-
 // waitRefused turns the end of a wait that was not answered into the
 // request's error: the refusal it waited out (cause), with the wait it
 // took, and the context's deadline if that is what ended it. A caller who
@@ -113,31 +76,6 @@ func (r *retrier) waitRefused(err, cause error) error {
 		return &waitedError{cause: cause, waited: r.waited, err: context.DeadlineExceeded}
 	}
 	return &waitedError{cause: cause, waited: r.waited}
-}
-
-// waitedError is the cause of a request that waited for its key and was
-// not let go: it satisfies errors.Is for the refusal it waited out
-// (ErrCircuitOpen, ErrBudgetExhausted) and for what ended the wait (the
-// context's deadline), and says how long it waited.
-type waitedError struct {
-	cause  error
-	waited time.Duration
-	err    error // what ended the wait early; nil: the wait allowance
-}
-
-func (e *waitedError) Error() string {
-	msg := fmt.Sprintf("%v after waiting %v for the key", e.cause, e.waited.Round(time.Millisecond))
-	if e.err != nil {
-		msg += ": " + e.err.Error()
-	}
-	return msg
-}
-
-func (e *waitedError) Unwrap() []error {
-	if e.err == nil {
-		return []error{e.cause}
-	}
-	return []error{e.cause, e.err}
 }
 
 // keep holds on to the failed response while the request waits for its
