@@ -53,17 +53,9 @@ func (r *retrier) admitSlow(trs perkey.Transitions, err error) error {
 		switch e := err.(type) {
 		case *perkey.HeldError:
 			r.t.stats.held.Add(1)
-			// The held requests return spread over the Retry-After
-			// spread, unless the key is paced at the quota it
-			// advertises: its pacer then lets them go one after another
-			// at that rate, which a spread on top would only slow.
-			spread := r.s.retryAfterSpread
-			if r.lane.Paced() && r.lane.Advertises() {
-				spread = 0
-			}
-			wait := time.Until(e.Until) + perkey.Uniform(0, spread)
-			dl, hasDeadline := r.req.Context().Deadline()
-			if held+wait > r.s.maxRetryAfter+r.s.retryAfterSpread || hasDeadline && !time.Now().Add(wait).Before(dl) {
+			dl, _ := r.req.Context().Deadline()
+			wait, ok := r.lane.HeldWait(e, r.s.retryAfterSpread, held, r.s.maxRetryAfter+r.s.retryAfterSpread, dl)
+			if !ok {
 				return &heldError{until: e.Until}
 			}
 			if serr := r.sleep(wait); serr != nil && serr != ErrCircuitOpen {
@@ -140,13 +132,6 @@ func (r *retrier) reportAll(trs perkey.Transitions) {
 		}
 	}
 }
-
-// holdThreshold is the shortest Retry-After that holds its key. A server
-// that asks for 5 s or more has said what the breaker would need seconds
-// of failures to learn, and every request to the key, not only the one
-// answered, should wait. A shorter wait paces that one request, which its
-// retry's delay obeys.
-const holdThreshold = 5 * time.Second
 
 // LocalHeader marks a response made by this transport rather than by the
 // server: its value says why ("circuit-open", or "held" for a hold).

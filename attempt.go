@@ -15,8 +15,8 @@ func (r *retrier) attempt() (*http.Response, error) {
 	r.attempts++
 	if r.attempts == 1 {
 		n := r.t.stats.first.add()
-		r.sampled = n%quotaSample == 1 // a quota's (quotapply.go)
-		r.clocked = n%timeSample == 1  // the slow-call rule's (slowcall.go)
+		r.sampled = n%quotaSample == 1      // a quota's (quotapply.go)
+		r.clock.sampled = n%timeSample == 1 // the slow-call rule's (slowcall.go)
 	} else {
 		r.t.stats.retries.Add(1)
 	}

@@ -17,13 +17,6 @@ import (
 // response, where reading every one would cost 90.
 const quotaSample = 64
 
-// quotaFirst: a key's first successes, this many, are all read for a
-// quota. A batch's first wave is where the quota matters most: the answers
-// that come back first say how much is left before the workers they free
-// send again, and a sample would read a few of them, in whatever order
-// they come back.
-const quotaFirst = 256
-
 // quotaShare is the share of an advertised rate that a key is paced at. A
 // window's reset comes in whole seconds and the client's clock is not the
 // server's, so a key paced at the full rate sends some window one request
@@ -32,14 +25,13 @@ const quotaFirst = 256
 const quotaShare = 0.95
 
 // readsQuota reports whether resp is read for the quota it advertises:
-// every response of a key that has advertised one, every response that is
-// not a success, every response of a key's first quotaFirst successes, and
-// a sample of the rest.
+// every response that is not a success, every response the key's lane
+// reads (perkey.Lane.ReadsQuota), and a sample of the rest.
 func (r *retrier) readsQuota(resp *http.Response) bool {
 	if r.t.noQuota {
 		return false
 	}
-	return r.sampled || resp.StatusCode >= 300 || (r.lane != nil && (r.lane.Advertises() || r.lane.Successes() < quotaFirst))
+	return r.sampled || resp.StatusCode >= 300 || (r.lane != nil && r.lane.ReadsQuota())
 }
 
 // applyQuota reads the quota resp advertises and applies it to the

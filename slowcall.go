@@ -46,6 +46,16 @@ import (
 // requests, within the noise of the success path.
 const timeSample = 8
 
+// clock is the slow-call rule's part of a request: whether the request
+// is one of the sample whose attempts are timed even if its key is not
+// watched, and the timing of its latest attempt, while it waits for
+// judgeTime.
+type clock struct {
+	sampled bool
+	timed   bool // call holds the latest attempt's timing
+	call    perkey.Call
+}
+
 // timed reports whether the latest attempt of the request is to be timed:
 // it goes through a breaker with the rule on (settings.slowCalls, set by
 // New, so that the success path reads the settings it has at hand rather
@@ -54,40 +64,30 @@ const timeSample = 8
 // have a timeout. The context is asked last: its Done is a call through
 // an interface.
 func (r *retrier) timed() bool {
-	return r.s.slowCalls && r.lane != nil && (r.clocked || r.lane.Watched()) &&
+	return r.s.slowCalls && r.lane != nil && (r.clock.sampled || r.lane.Watched()) &&
 		(r.s.attemptTimeout > 0 || r.req.Context().Done() != nil)
 }
 
 // sendClocked sends the attempt of a timed request, timing it from the
 // call to the response headers or the error.
 func (r *retrier) sendClocked(areq *http.Request) (*http.Response, error) {
-	r.start = time.Now()
+	start := time.Now()
 	resp, err := r.sendWithTimeout(areq)
-	r.took, r.timing = time.Since(r.start), unanswered
-	if err == nil {
-		r.timing = answered
-	}
+	r.clock.timed = true
+	r.clock.call = perkey.Call{Start: start, Took: time.Since(start), Answered: err == nil}
 	return resp, err
 }
 
-// timing is how the timed wait of an attempt ended.
-type timing uint8
-
-const (
-	untimed    timing = iota // the attempt was not timed
-	answered                 // response headers came
-	unanswered               // an error came instead
-)
-
 // judgeTime applies what the latest attempt's time says to its verdict,
-// once classify has given it: a timed success feeds its key's answer time;
-// a timed attempt that got no answer before its caller's deadline passed,
-// after longer than its key's slow-call threshold, becomes a failure of
-// the key if blames says so (still not retried: the caller has gone). Any attempt that its
-// caller gave up on starts, or prolongs, its key's watch.
+// once classify has given it: the key's lane judges a timed attempt
+// (perkey.Lane.Clocked), and one that got no answer before its caller's
+// deadline passed, after longer than the key's slow-call threshold,
+// becomes a failure of the key if blames says so (still not retried: the
+// caller has gone). Any attempt that its caller gave up on starts, or
+// prolongs, its key's watch.
 func (r *retrier) judgeTime(v *verdict) {
 	switch {
-	case r.timing != untimed:
+	case r.clock.timed:
 		r.judgeTimed(v) // the untimed success path stops at two checks, inlined
 	case v.why == ReasonContextDone && r.s.slowCalls && r.lane != nil:
 		r.lane.Watch(time.Now())
@@ -95,20 +95,11 @@ func (r *retrier) judgeTime(v *verdict) {
 }
 
 func (r *retrier) judgeTimed(v *verdict) {
-	timing := r.timing
-	r.timing = untimed
-	end := r.start.Add(r.took)
-	if timing == unanswered && v.why == ReasonContextDone {
-		r.lane.Watch(end)
-		if r.lane.Slow(r.took) && r.blames() {
-			v.host = perkey.Failure
-			r.t.stats.slowAttempts.Add(1)
-		}
-		return
-	}
-	r.lane.Timed(end)
-	if timing == answered && v.host == perkey.Success {
-		r.lane.Answered(r.took)
+	r.clock.timed = false
+	gaveUp := v.why == ReasonContextDone
+	if r.lane.Clocked(r.clock.call, v.host, gaveUp, gaveUp && r.blames()) {
+		v.host = perkey.Failure
+		r.t.stats.slowAttempts.Add(1)
 	}
 }
 

@@ -213,8 +213,7 @@ type retrier struct {
 	sent     *sentBody                     // the latest attempt's body, when tracked
 	hooks    hookSet
 	attempts int
-	prev     time.Duration // the previous delay, for a policy without a lane
-	key      hostKey       // the request's key, once keyOf has computed it
+	key      hostKey // the request's key, once keyOf has computed it
 	keyed    bool
 	lane     *perkey.Lane  // the key's lane; nil when nothing needs it
 	ticket   perkey.Ticket // the latest attempt's admission
@@ -240,19 +239,13 @@ type retrier struct {
 	// unreplayable: the body cannot be sent again (no GetBody and not
 	// buffered, or larger than the buffer).
 	unreplayable bool
-	// took is how long the latest attempt waited for its response headers
-	// or its error, and timing how that wait ended, when it was timed (see
-	// slowcall.go).
-	took   time.Duration
-	timing timing
-	start  time.Time // when the latest timed attempt was sent
-	// clocked: the request is one of the sample whose attempts are timed
-	// even if its key is not watched (see timed).
-	clocked bool
+	// clock is the slow-call rule's timing (see slowcall.go).
+	clock clock
 	// sampled: the request's responses are read for a quota even if its
 	// key has never advertised one (see readsQuota).
 	sampled bool
-	// throttled: the latest attempt was answered 429.
+	// throttled: the latest attempt was throttled (perkey.Outcome.Throttled):
+	// the key's send rate, not a backoff or the budget, spaces its retry.
 	throttled bool
 }
 
@@ -304,63 +297,33 @@ func (r *retrier) record(v verdict) {
 // recordFailure records a failed attempt and returns the wait its
 // response asks for. A retryable response's Retry-After is counted whether
 // or not a retry follows (a rising rate is the early sign that a tenant is
-// rate-limiting the caller); the key's circuit and send rate hear of it;
-// and a long Retry-After holds the whole key.
+// rate-limiting the caller); the key hears of the rest through the
+// outcome: its circuit, its hold and its send rate (see perkey.Outcome).
 func (r *retrier) recordFailure(v verdict, resp *http.Response) serverWait {
-	r.throttled = resp != nil && resp.StatusCode == http.StatusTooManyRequests
+	r.throttled = false
 	if !v.retry || resp == nil {
 		r.record(v)
 		return serverWait{}
 	}
-	now := time.Now()
-	w := parseServerWait(resp.Header, now, r.s.maxRetryAfter)
+	w := parseServerWait(resp.Header, time.Now(), r.s.maxRetryAfter)
 	if w.seen {
 		r.t.stats.raSeen.Add(1)
 	}
 	if w.clamped {
 		r.t.stats.raClamped.Add(1)
 	}
-	o := r.outcome(v, resp, w)
-	if w.ok && w.d > 0 && (w.asked >= holdThreshold || r.throttled) {
-		// A long wait asked for holds the whole key, never past the
-		// clamp; so does any wait a 429 asks for: the server refuses the
-		// key's requests until then, not this one's. The hold comes
-		// first, so that the send rate the throttle cuts starts again
-		// when it ends.
-		r.report(r.laneOf().Hold(now.Add(w.d)))
-	}
-	switch {
-	case r.admitted:
+	o := perkey.Outcome{Kind: v.host, Throttles: throttles(r.s.throttleOn, resp.StatusCode), TooMany: resp.StatusCode == http.StatusTooManyRequests,
+		RetryAfter: w.ok, Wait: w.d, Asked: w.asked}
+	r.throttled = o.Throttled()
+	if r.admitted {
 		r.admitted = false
 		r.report(r.lane.Done(r.ticket, o))
-	case o.Cut:
-		// Sent before its key had a lane: only the send rate hears of it.
-		r.report(r.laneOf().Done(perkey.Ticket{}, perkey.Outcome{Cut: true}))
+	} else if l, trs := r.t.lanes.Heard(r.keyOf(), o); l != nil {
+		// Sent before its key had a lane: its hold and send rate hear of it.
+		r.lane = l
+		r.report(trs)
 	}
 	return w
-}
-
-// outcome says what the attempt tells its key: what classify found, and
-// whether the host throttled. A status the adaptive rate covers cuts the
-// key's send rate when it gives no usable Retry-After; a 429 among them is
-// throttling, which tells the circuit nothing (the host is up and asks for
-// less; a 503 added to the adaptive rate still counts, as it may be an
-// outage).
-func (r *retrier) outcome(v verdict, resp *http.Response, w serverWait) perkey.Outcome {
-	o := perkey.Outcome{Kind: v.host}
-	if throttles(r.s.throttleOn, resp.StatusCode) {
-		// A 429 with a short Retry-After, or none, cuts the rate: the
-		// Retry-After says when the next attempt may go, the rate how
-		// many may. A long one holds the key, and its requests return
-		// spread over the Retry-After spread, as the server scheduled;
-		// another status cuts the rate only without a Retry-After, which
-		// is then the server's whole answer.
-		o.Cut = !w.ok || r.throttled && w.asked < holdThreshold
-		if r.throttled {
-			o.Kind = perkey.Throttled
-		}
-	}
-	return o
 }
 
 func throttles(statuses []int, status int) bool {
@@ -377,7 +340,7 @@ func throttles(statuses []int, status int) bool {
 // negative delay; one that does waits nothing, rather than a negative time
 // in Stats.
 func (r *retrier) delay(wait serverWait) time.Duration {
-	if r.throttled && throttles(r.s.throttleOn, http.StatusTooManyRequests) {
+	if r.throttled {
 		// The key's send rate, just cut, spaces the retries of a
 		// throttled key out (after the hold its Retry-After put on the
 		// key); a backoff or a spread on top of it would only idle.
@@ -386,7 +349,7 @@ func (r *retrier) delay(wait serverWait) time.Duration {
 	if wait.ok {
 		return wait.withSpread(r.s.retryAfterSpread)
 	}
-	prev := r.prev
+	var prev time.Duration // a policy that uses it always has a lane: see RoundTrip
 	if r.lane != nil {
 		prev = r.lane.Prev()
 	}
@@ -437,8 +400,7 @@ func (r *retrier) rewind(then next, delay time.Duration, wait serverWait) (next,
 	// 429: the server is up and asks for less, and the key's send rate,
 	// cut by every 429, already bounds the load retries add to it. A retry after a 5xx is a bet that the host
 	// is still there; the budget limits how much of the traffic bets.
-	paced := r.throttled && throttles(r.s.throttleOn, http.StatusTooManyRequests)
-	if b := r.t.budget; b != nil && !paced && !b.withdraw(r.keyOf()) {
+	if b := r.t.budget; b != nil && !r.throttled && !b.withdraw(r.keyOf()) {
 		r.t.stats.budgetDenied.Add(1)
 		if r.maxWaitLeft() > 0 {
 			return queueBehind, ReasonBudgetExhausted
@@ -447,8 +409,6 @@ func (r *retrier) rewind(then next, delay time.Duration, wait serverWait) (next,
 	}
 	if r.lane != nil {
 		r.lane.SetPrev(delay)
-	} else {
-		r.prev = delay
 	}
 	r.t.stats.recordDelay(r.attempts, delay)
 	fire(r.hooks, (*Hooks).retryScheduled, RetryInfo{Request: r.req, Retry: r.attempts, Delay: delay, RetryAfter: wait.ok, Clamped: wait.clamped})

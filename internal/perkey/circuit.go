@@ -93,9 +93,6 @@ func (l *Lane) refusedLocked(g grant, err error) error {
 // and the key's waiters what it says; changes are added to trs. A
 // throttle tells the circuit nothing, as None does.
 func (l *Lane) record(tk Ticket, o Kind, trs *Transitions) {
-	if o == Throttled {
-		o = None
-	}
 	queued := tk.has(recovFlag | testFlag | watchFlag)
 	if o == Success && !tk.has(probeFlag) && !queued {
 		l.recordSuccess()

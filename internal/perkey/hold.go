@@ -48,3 +48,23 @@ func (l *Lane) heldNow() error {
 	}
 	return nil
 }
+
+// HeldWait returns how long a request that a hold refused with e waits
+// before it asks again: until the hold ends, plus a spread drawn up to
+// spread so that the held requests do not return together, unless the key
+// is paced at the quota it advertises (its pacer then lets them go one
+// after another at that rate, which a spread on top would only slow). ok
+// is false when the request may not wait that long: its waits for holds,
+// held so far and this one, would pass patience, or the wait would reach
+// the request's deadline (the zero time: none).
+func (l *Lane) HeldWait(e *HeldError, spread, held, patience time.Duration, deadline time.Time) (wait time.Duration, ok bool) {
+	if l.Paced() && l.advertises.Load() {
+		spread = 0
+	}
+	now := time.Now()
+	wait = e.Until.Sub(now) + Uniform(0, spread)
+	if held+wait > patience || !deadline.IsZero() && !now.Add(wait).Before(deadline) {
+		return 0, false
+	}
+	return wait, true
+}

@@ -250,7 +250,7 @@ func (t *Ticket) setPaceGen(g uint64) {
 // count it.
 func (t Ticket) plain() bool { return t.pace&(1<<ticketBits-1) == 0 }
 
-// Kind is what an attempt's outcome tells the key.
+// Kind is what an attempt's outcome tells the key's circuit.
 type Kind uint8
 
 // The kinds of outcome.
@@ -261,22 +261,59 @@ const (
 	// Success: the host answered with something that is not a retryable
 	// failure.
 	Success
-	// Failure: a retryable failure, which counts toward the circuit.
+	// Failure: a retryable failure, which counts toward the circuit,
+	// unless the host throttled (see Outcome.Throttled).
 	Failure
-	// Throttled: the host is up and asks for less ("too many"). It tells
-	// the circuit nothing: counted as a failure, a batch's first burst,
-	// all answered at once, would trip the circuit of a host that serves
-	// every request it admits. The send rate hears of it through Cut.
-	Throttled
 )
 
-// Outcome is what an attempt's outcome tells the key.
+// Outcome is what an attempt's outcome tells the key: what kind it was
+// and, for a response, the facts the key's hold and send rate follow. The
+// rules that turn those facts into a hold or a cut of the send rate are
+// the lane's (see Done).
 type Outcome struct {
 	Kind Kind
-	// Cut cuts the key's send rate: the host said "too many" with no
-	// Retry-After, or with a short one on a 429. The first cut starts
-	// pacing the key.
-	Cut bool
+	// Throttles: the response's status is one the key's send rate follows
+	// (the adaptive rate's statuses).
+	Throttles bool
+	// TooMany: the response is a 429 Too Many Requests.
+	TooMany bool
+	// RetryAfter: the response asked, in a usable Retry-After, for Wait
+	// (clamped) before the next attempt; Asked is what it asked before the
+	// clamp.
+	RetryAfter  bool
+	Wait, Asked time.Duration
+}
+
+// holdThreshold is the shortest Retry-After that holds its key. A server
+// that asks for 5 s or more has said what the breaker would need seconds
+// of failures to learn, and every request to the key, not only the one
+// answered, should wait. A shorter wait paces that one request, which its
+// retry's delay obeys.
+const holdThreshold = 5 * time.Second
+
+// Throttled reports a 429 among the statuses the send rate follows: the
+// host is up and asks for less. It tells the circuit nothing: counted as a
+// failure, a batch's first burst, all answered at once, would trip the
+// circuit of a host that serves every request it admits. The send rate,
+// which the 429 cuts, then spaces the request's retries.
+func (o Outcome) Throttled() bool { return o.Throttles && o.TooMany }
+
+// holds reports whether the response holds the whole key until its wait
+// ends: a long wait asked for, never past the clamp; or any wait a 429
+// asks for, since the server refuses the key's requests until then, not
+// only this one's.
+func (o Outcome) holds() bool {
+	return o.RetryAfter && o.Wait > 0 && (o.Asked >= holdThreshold || o.TooMany)
+}
+
+// cuts reports whether the response cuts the key's send rate: a status
+// the send rate follows with no usable Retry-After, which is then the
+// server's whole answer; or a 429 with a short one, which says when the
+// next attempt may go, while the rate says how many may. A long one holds
+// the key instead, and its requests return spread, as the server
+// scheduled them.
+func (o Outcome) cuts() bool {
+	return o.Throttles && (!o.RetryAfter || o.TooMany && o.Asked < holdThreshold)
 }
 
 // Admit admits an attempt to the key, or refuses it: with ErrOpen or
@@ -306,7 +343,8 @@ func (l *Lane) admitSlow(ctx context.Context, lim Limits) (Ticket, Transitions, 
 
 // Done records the outcome of the attempt that t admitted, frees the probe
 // place and the place in flight that t holds, and returns the changes it
-// made. Call it exactly once per Ticket.
+// made: a hold the response asks for comes first, so that the send rate it
+// cuts starts again when the hold ends. Call it exactly once per Ticket.
 func (l *Lane) Done(t Ticket, o Outcome) (trs Transitions) {
 	if o == (Outcome{Kind: Success}) && t.plain() {
 		l.recordSuccess() // the hot path: no lock, nothing to report
@@ -321,9 +359,26 @@ func (l *Lane) Done(t Ticket, o Outcome) (trs Transitions) {
 	return l.doneSlow(t, o, true)
 }
 
+// Heard applies what the response to an attempt that no lane admitted
+// (sent before its key had a lane) says of the key: its hold and its cut
+// of the send rate; the circuit hears nothing. It returns the key's lane,
+// or nil when the response asks nothing of it, and the changes made.
+func (s *Set) Heard(k Key, o Outcome) (*Lane, Transitions) {
+	if !o.holds() && !o.cuts() {
+		return nil, Transitions{}
+	}
+	l := s.Lane(k)
+	o.Kind = None
+	return l, l.doneSlow(Ticket{}, o, o.cuts())
+}
+
 // doneSlow is Done past its fast path. counted: the attempt was counted
 // among those sent (Lane.sent), so its outcome is counted too.
 func (l *Lane) doneSlow(t Ticket, o Outcome, counted bool) Transitions {
+	var trs Transitions
+	if o.holds() {
+		trs = l.Hold(time.Now().Add(o.Wait))
+	}
 	switch {
 	case o.Kind == Success:
 		countTo(&l.early)
@@ -338,12 +393,15 @@ func (l *Lane) doneSlow(t Ticket, o Outcome, counted bool) Transitions {
 			p.answered()
 		}
 	}
-	var trs Transitions
-	l.record(t, o.Kind, &trs)
-	if o.Cut {
+	kind := o.Kind
+	if o.Throttled() {
+		kind = None
+	}
+	l.record(t, kind, &trs)
+	if o.cuts() {
 		l.throttle(time.Now(), t.paceGen())
 	}
-	if o.Kind == Success {
+	if kind == Success {
 		l.pacedSuccess(t)
 	}
 	return trs
@@ -372,11 +430,6 @@ func (l *Lane) recordSuccess() {
 // earlyMax bounds Lane.early and the counts beside it: past it a success
 // or an admission costs only a load.
 const earlyMax = 1 << 16
-
-// Successes returns the key's successes since its lane was made, counted
-// up to earlyMax; earlyMax when the lane does not see every success (see
-// Config.SeesEverySuccess).
-func (l *Lane) Successes() int64 { return l.early.Load() }
 
 // countTo adds one to a count of the lane's youth, until earlyMax.
 func countTo(n *atomic.Int64) {

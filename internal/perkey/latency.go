@@ -19,7 +19,7 @@ import "time"
 // on every answer would make the cores take the line from each other.
 //
 // It is fed only by answers that were timed anyway (see the root
-// package's slowcall.go), and it is an estimate: two answers recorded at
+// package), and it is an estimate: two answers recorded at
 // once may lose one's update, which the next answer makes up for.
 //
 // Timing an attempt costs two reads of the clock, as much as the rest of
@@ -48,16 +48,45 @@ func (l *Lane) Watch(now time.Time) {
 // Watched reports whether every attempt to the key is to be timed.
 func (l *Lane) Watched() bool { return l.watch.Load() != 0 }
 
-// Timed records that a timed attempt to the key ended at now: past the
+// Call is one timed attempt to the key: when it was sent, how long it
+// waited for its response headers or its error, and whether headers came.
+type Call struct {
+	Start    time.Time
+	Took     time.Duration
+	Answered bool
+}
+
+// Clocked records what a timed attempt says of the key once its outcome
+// is known, and reports whether the attempt counts as a failure of the
+// key, a slow call. An attempt that got no answer before its caller gave
+// up (gaveUp: the caller's context ended) starts or prolongs the key's
+// watch, and counts against the key when blames (the caller's deadline
+// passed, with nothing of its own to wait for) and it ran longer than the
+// slow-call threshold (see slow). Any other timed attempt may end the
+// key's watch, and a timed success feeds the key's answer time.
+func (l *Lane) Clocked(c Call, o Kind, gaveUp, blames bool) (slow bool) {
+	end := c.Start.Add(c.Took)
+	if !c.Answered && gaveUp {
+		l.Watch(end)
+		return blames && l.slow(c.Took)
+	}
+	l.timed(end)
+	if c.Answered && o == Success {
+		l.answered(c.Took)
+	}
+	return false
+}
+
+// timed records that a timed attempt to the key ended at now: past the
 // end of its watch, the key is no longer watched.
-func (l *Lane) Timed(now time.Time) {
+func (l *Lane) timed(now time.Time) {
 	if w := l.watch.Load(); w != 0 && now.UnixNano() > w {
 		l.watch.CompareAndSwap(w, 0)
 	}
 }
 
-// Answered records that an attempt to the key was answered after d.
-func (l *Lane) Answered(d time.Duration) {
+// answered records that an attempt to the key was answered after d.
+func (l *Lane) answered(d time.Duration) {
 	a := l.answer.Load()
 	switch {
 	case int64(d) > a:
@@ -70,11 +99,11 @@ func (l *Lane) Answered(d time.Duration) {
 // AnswerTime returns the key's answer time: 0 until an answer is timed.
 func (l *Lane) AnswerTime() time.Duration { return time.Duration(l.answer.Load()) }
 
-// Slow reports whether an attempt that waited d for an answer that never
+// slow reports whether an attempt that waited d for an answer that never
 // came, until its caller's context ended, counts against the key: d is
 // longer than Config.SlowAfter, and longer than twice the key's answer
 // time. A SlowAfter of 0 or less: never.
-func (l *Lane) Slow(d time.Duration) bool {
+func (l *Lane) slow(d time.Duration) bool {
 	floor := l.set.cfg.SlowAfter
 	return floor > 0 && d > floor && d > 2*l.AnswerTime()
 }

@@ -13,16 +13,16 @@ import (
 func TestAnswerTime(t *testing.T) {
 	l := NewSet(defaults()).Lane(Key{})
 	assert.Zero(t, l.AnswerTime(), "nothing timed yet")
-	l.Answered(800 * time.Millisecond)
+	l.answered(800 * time.Millisecond)
 	assert.Equal(t, 800*time.Millisecond, l.AnswerTime(), "the first answer")
-	l.Answered(500 * time.Millisecond)
+	l.answered(500 * time.Millisecond)
 	assert.Equal(t, 800*time.Millisecond, l.AnswerTime(), "an answer over half of it changes nothing")
-	l.Answered(time.Second)
+	l.answered(time.Second)
 	assert.Equal(t, time.Second, l.AnswerTime(), "a slower answer raises it at once")
-	l.Answered(100 * time.Millisecond)
+	l.answered(100 * time.Millisecond)
 	assert.Equal(t, 875*time.Millisecond, l.AnswerTime(), "an answer under half of it lowers it by an eighth")
 	for range 100 {
-		l.Answered(100 * time.Millisecond)
+		l.answered(100 * time.Millisecond)
 	}
 	assert.LessOrEqual(t, l.AnswerTime(), 200*time.Millisecond, "it comes down to within twice what the host now takes")
 	assert.Greater(t, l.AnswerTime(), 100*time.Millisecond)
@@ -34,21 +34,21 @@ func TestSlow(t *testing.T) {
 	c := defaults()
 	c.SlowAfter = time.Second
 	l := NewSet(c).Lane(Key{})
-	assert.False(t, l.Slow(time.Second), "not longer than SlowAfter")
-	assert.True(t, l.Slow(time.Second+1), "longer than SlowAfter, nothing timed")
-	l.Answered(1500 * time.Millisecond)
-	assert.False(t, l.Slow(3*time.Second), "not longer than twice the answer time")
-	assert.True(t, l.Slow(3*time.Second+1), "longer than both")
+	assert.False(t, l.slow(time.Second), "not longer than SlowAfter")
+	assert.True(t, l.slow(time.Second+1), "longer than SlowAfter, nothing timed")
+	l.answered(1500 * time.Millisecond)
+	assert.False(t, l.slow(3*time.Second), "not longer than twice the answer time")
+	assert.True(t, l.slow(3*time.Second+1), "longer than both")
 
 	c.SlowAfter = 0
-	assert.False(t, NewSet(c).Lane(Key{}).Slow(time.Hour), "off")
+	assert.False(t, NewSet(c).Lane(Key{}).slow(time.Hour), "off")
 }
 
 // Recording an answer that changes nothing allocates nothing.
 func TestAnsweredAllocs(t *testing.T) {
 	l := NewSet(defaults()).Lane(Key{})
-	l.Answered(time.Second)
-	allocs := testing.AllocsPerRun(1000, func() { l.Answered(700 * time.Millisecond) })
+	l.answered(time.Second)
+	allocs := testing.AllocsPerRun(1000, func() { l.answered(700 * time.Millisecond) })
 	assert.Zero(t, allocs)
 }
 
@@ -59,13 +59,13 @@ func TestWatch(t *testing.T) {
 	l := NewSet(defaults()).Lane(Key{})
 	now := time.Now()
 	assert.False(t, l.Watched(), "a new key")
-	l.Timed(now)
+	l.timed(now)
 	assert.False(t, l.Watched(), "a timed attempt does not start a watch")
 	l.Watch(now)
 	l.Watch(now.Add(time.Second))
 	assert.True(t, l.Watched())
-	l.Timed(now.Add(WatchFor))
+	l.timed(now.Add(WatchFor))
 	assert.True(t, l.Watched(), "within WatchFor of the latest give-up")
-	l.Timed(now.Add(time.Second + WatchFor + 1))
+	l.timed(now.Add(time.Second + WatchFor + 1))
 	assert.False(t, l.Watched(), "past it")
 }

@@ -17,7 +17,7 @@ import (
 func TestPaceEdges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := NewSet(defaults()).Lane(Key{Host: "k"})
-		l.Done(Ticket{}, Outcome{Cut: true}) // paced from now, at 10/s
+		l.Done(Ticket{}, Outcome{Throttles: true}) // paced from now, at 10/s
 		l.pace.Load().lim.AllowN(time.Now(), 1)
 
 		ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
@@ -117,7 +117,7 @@ func TestPaceSettlesOnFirstBurst(t *testing.T) {
 				l.Done(tk, Outcome{Kind: Success})
 			}
 			l.Hold(time.Now().Add(time.Second))
-			l.Done(Ticket{}, Outcome{Kind: Throttled, Cut: true})
+			l.Done(Ticket{}, Outcome{Throttles: true, TooMany: true})
 			time.Sleep(time.Second)
 			p := l.pace.Load()
 			require.NotNil(t, p)
@@ -253,7 +253,7 @@ func TestLaneInFlightPaths(t *testing.T) {
 		l := NewSet(cfg).Lane(Key{Host: "k"})
 		tk, _, err := l.Admit(t.Context(), Limits{})
 		require.NoError(t, err)
-		l.Done(tk, Outcome{Kind: Throttled, Cut: true}) // paced from now, at 10/s
+		l.Done(tk, Outcome{Throttles: true, TooMany: true}) // paced from now, at 10/s
 		assert.Zero(t, l.inFlight(), "a throttled attempt")
 		l.pace.Load().lim.AllowN(time.Now(), 1) // the bucket's one token
 		ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
@@ -274,4 +274,19 @@ func TestLaneInFlightPaths(t *testing.T) {
 		require.Equal(t, Closed, l.View(time.Now()).State)
 		assert.Zero(t, l.inFlight(), "after the probe's success")
 	})
+}
+
+// A key's first quotaFirst successes are all read for a quota, then only
+// the responses of a key that has advertised one.
+func TestReadsQuota(t *testing.T) {
+	l := NewSet(Config{SeesEverySuccess: true}).Lane(Key{Host: "api.test"})
+	for range quotaFirst {
+		require.True(t, l.ReadsQuota(), "among the key's first quotaFirst successes")
+		tk, _, err := l.Admit(t.Context(), Limits{})
+		require.NoError(t, err)
+		l.Done(tk, Outcome{Kind: Success})
+	}
+	assert.False(t, l.ReadsQuota(), "past them")
+	l.Advertise(Advert{At: time.Now(), N: 1})
+	assert.True(t, l.ReadsQuota(), "a key that advertised a quota")
 }

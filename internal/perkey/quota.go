@@ -87,9 +87,19 @@ func (l *Lane) Advertised() Advert {
 	return l.adv
 }
 
-// Advertises reports whether a response of the key has advertised a
-// quota.
-func (l *Lane) Advertises() bool { return l.advertises.Load() }
+// quotaFirst: a key's first successes, this many, are all read for a
+// quota. A batch's first wave is where the quota matters most: the answers
+// that come back first say how much is left before the workers they free
+// send again, and a sample would read a few of them, in whatever order
+// they come back.
+const quotaFirst = 256
+
+// ReadsQuota reports whether every response of the key is to be read for
+// the quota it advertises: once one has advertised it, and for the key's
+// first quotaFirst successes. Other responses are sampled by the caller.
+func (l *Lane) ReadsQuota() bool {
+	return l.advertises.Load() || l.early.Load() < quotaFirst
+}
 
 // advertise sets the quota the pacer keeps the key to. sending is how many
 // attempts the key's lane has in flight in its first burst (within

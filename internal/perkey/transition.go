@@ -35,8 +35,9 @@ func (t Transition) Changed() bool { return t.From != t.To }
 // state: not a hold beginning or ending, beside the circuit.
 func (t Transition) Circuit() bool { return t.Changed() && t.From != Held && t.To != Held }
 
-// Transitions is the changes one call made: at most two (a hold ending as
-// the circuit half-opens; a hold and an isolation ending together). The
+// Transitions is the changes one call made: at most three (a hold the
+// response asks for, then a hold ending as the circuit half-opens; a hold
+// and an isolation ending together). The
 // zero value is none, which is what the success path returns: changes are
 // rare, so they are kept out of line, and a call that made none returns
 // one nil pointer.
@@ -44,7 +45,7 @@ type Transitions struct{ c *changes }
 
 type changes struct {
 	n    int
-	list [2]Transition
+	list [3]Transition
 }
 
 // Any reports whether the call made a change, or began a failure period.
