@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/header"
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
@@ -49,8 +50,8 @@ func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Reason) 
 		}
 		k = t.requestKey(resp.Request)
 		if resp.Header.Get(LocalHeader) == "" {
-			if w := parseServerWait(resp.Header, now, math.MaxInt64); w.ok {
-				at, why = now.Add(w.withSpread(t.s.retryAfterSpread)), ReasonRetryAfter
+			if w := header.RetryAfter(resp.Header, now, math.MaxInt64); w.OK {
+				at, why = now.Add(w.WithSpread(t.s.retryAfterSpread)), ReasonRetryAfter
 			}
 		}
 		limit = true

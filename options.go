@@ -8,6 +8,21 @@ import (
 	"time"
 )
 
+// Defaults for a server's Retry-After header.
+const (
+	// defaultMaxRetryAfter clamps a server's Retry-After: the same bound as
+	// defaultCap, so a hostile or broken header cannot park a request for
+	// longer than the policy's longest delay plus the spread.
+	defaultMaxRetryAfter = 30 * time.Second
+	// defaultRetryAfterSpread is the width of the random spread added above a
+	// Retry-After wait. Retry-After has a resolution of one second, so a
+	// spread of up to one second never delays a client by more than the
+	// smallest step the server could have asked for, and it turns 10,000
+	// clients told the same instant into ten 100 ms slices of 1,000 instead
+	// of one slice of 10,000.
+	defaultRetryAfterSpread = time.Second
+)
+
 // Option configures a Transport in New. The options that shape one
 // request's retries return a RequestOption, which a request may also carry
 // through ContextWithOptions; the options that return a plain Option set

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/header"
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
@@ -47,28 +48,28 @@ func (r *retrier) applyQuota(resp *http.Response) {
 		return
 	}
 	now := time.Now()
-	qs := parseQuotas(h, now, r.s.maxRetryAfter)
-	if qs.n == 0 {
+	qs := header.ReadQuotas(h, now, r.s.maxRetryAfter)
+	if qs.Len() == 0 {
 		return
 	}
 	l := r.laneOf()
 	learnWindows(&qs, l.Advertised())
-	a := perkey.Advert{At: now, N: qs.n}
-	if rate, burst, ok := qs.rate(); ok {
+	a := perkey.Advert{At: now, N: qs.Len()}
+	if rate, burst, ok := qs.Rate(); ok {
 		a.Rate, a.Left = quotaShare*rate, burst
 	}
-	for i, q := range qs.list[:qs.n] {
-		p := perkey.Policy{Partition: q.partition, Limit: q.limit, Window: q.window, Remaining: q.remaining}
-		if q.reset >= 0 {
-			p.Reset = now.Add(q.reset)
-			p.ServerReset = qs.server.Add(q.asked)
-			if a.For == 0 || q.reset < a.For {
-				a.For = q.reset
+	for i, q := range qs.Policies() {
+		p := perkey.Policy{Partition: q.Partition, Limit: q.Limit, Window: q.Window, Remaining: q.Remaining}
+		if q.Reset >= 0 {
+			p.Reset = now.Add(q.Reset)
+			p.ServerReset = qs.Server().Add(q.Asked)
+			if a.For == 0 || q.Reset < a.For {
+				a.For = q.Reset
 			}
 		}
 		a.Policies[i] = p
 	}
-	if reset, _, ok := qs.exhausted(); ok && len(h["Retry-After"]) == 0 && len(h["Retry-After-Ms"]) == 0 {
+	if reset, _, ok := qs.Exhausted(); ok && len(h["Retry-After"]) == 0 && len(h["Retry-After-Ms"]) == 0 {
 		a.HoldUntil = now.Add(reset)
 		r.t.stats.quotaHeld.Add(1)
 	}
@@ -87,23 +88,24 @@ func (r *retrier) applyQuota(resp *http.Response) {
 // kept. Without it the policy's rate would be its remaining over its
 // reset, which a reset in whole seconds reads far too low, and a sliding
 // window (go-chi/httprate) lower still.
-func learnWindows(qs *quotas, prev perkey.Advert) {
-	for i := range qs.list[:qs.n] {
-		q := &qs.list[i]
-		if q.window > 0 || q.limit <= 0 || q.asked < 0 {
+func learnWindows(qs *header.Quotas, prev perkey.Advert) {
+	policies := qs.Policies()
+	for i := range policies {
+		q := &policies[i]
+		if q.Window > 0 || q.Limit <= 0 || q.Asked < 0 {
 			continue
 		}
-		at := qs.server.Add(q.asked)
+		at := qs.Server().Add(q.Asked)
 		for _, p := range prev.Policies[:prev.N] {
-			if p.Partition != q.partition || p.Limit != q.limit || p.ServerReset.IsZero() {
+			if p.Partition != q.Partition || p.Limit != q.Limit || p.ServerReset.IsZero() {
 				continue
 			}
 			moved := at.Sub(p.ServerReset)
 			switch {
 			case moved >= time.Second && (p.Window == 0 || moved < p.Window):
-				q.window = moved
+				q.Window = moved
 			case p.Window > 0:
-				q.window = p.Window
+				q.Window = p.Window
 			}
 			break
 		}

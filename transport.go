@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
+	"github.com/retryhttp/retryhttp/internal/header"
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
@@ -299,21 +300,21 @@ func (r *retrier) record(v verdict) {
 // or not a retry follows (a rising rate is the early sign that a tenant is
 // rate-limiting the caller); the key hears of the rest through the
 // outcome: its circuit, its hold and its send rate (see perkey.Outcome).
-func (r *retrier) recordFailure(v verdict, resp *http.Response) serverWait {
+func (r *retrier) recordFailure(v verdict, resp *http.Response) header.Wait {
 	r.throttled = false
 	if !v.retry || resp == nil {
 		r.record(v)
-		return serverWait{}
+		return header.Wait{}
 	}
-	w := parseServerWait(resp.Header, time.Now(), r.s.maxRetryAfter)
-	if w.seen {
+	w := header.RetryAfter(resp.Header, time.Now(), r.s.maxRetryAfter)
+	if w.Seen {
 		r.t.stats.raSeen.Add(1)
 	}
-	if w.clamped {
+	if w.Clamped {
 		r.t.stats.raClamped.Add(1)
 	}
 	o := perkey.Outcome{Kind: v.host, Throttles: throttles(r.s.throttleOn, resp.StatusCode), TooMany: resp.StatusCode == http.StatusTooManyRequests,
-		RetryAfter: w.ok, Wait: w.d, Asked: w.asked}
+		RetryAfter: w.OK, Wait: w.Duration, Asked: w.Asked}
 	r.throttled = o.Throttled()
 	if r.admitted {
 		r.admitted = false
@@ -339,15 +340,15 @@ func throttles(statuses []int, status int) bool {
 // when it asked; otherwise the policy's draw. A Policy must not return a
 // negative delay; one that does waits nothing, rather than a negative time
 // in Stats.
-func (r *retrier) delay(wait serverWait) time.Duration {
+func (r *retrier) delay(wait header.Wait) time.Duration {
 	if r.throttled {
 		// The key's send rate, just cut, spaces the retries of a
 		// throttled key out (after the hold its Retry-After put on the
 		// key); a backoff or a spread on top of it would only idle.
-		return wait.d
+		return wait.Duration
 	}
-	if wait.ok {
-		return wait.withSpread(r.s.retryAfterSpread)
+	if wait.OK {
+		return wait.WithSpread(r.s.retryAfterSpread)
 	}
 	var prev time.Duration // a policy that uses it always has a lane: see RoundTrip
 	if r.lane != nil {
@@ -384,7 +385,7 @@ func (r *retrier) facts(v verdict, delay time.Duration) facts {
 // hooks hear of the retry. It returns what follows, and why: why not when
 // nothing does, what the queue stands in for when it queues (the budget's
 // refusal, or none when it joined others).
-func (r *retrier) rewind(then next, delay time.Duration, wait serverWait) (next, Reason) {
+func (r *retrier) rewind(then next, delay time.Duration, wait header.Wait) (next, Reason) {
 	if reason := r.nextRequest(); reason != ReasonNone {
 		return stop, reason
 	}
@@ -411,7 +412,7 @@ func (r *retrier) rewind(then next, delay time.Duration, wait serverWait) (next,
 		r.lane.SetPrev(delay)
 	}
 	r.t.stats.recordDelay(r.attempts, delay)
-	fire(r.hooks, (*Hooks).retryScheduled, RetryInfo{Request: r.req, Retry: r.attempts, Delay: delay, RetryAfter: wait.ok, Clamped: wait.clamped})
+	fire(r.hooks, (*Hooks).retryScheduled, RetryInfo{Request: r.req, Retry: r.attempts, Delay: delay, RetryAfter: wait.OK, Clamped: wait.Clamped})
 	return then, ReasonNone
 }
 

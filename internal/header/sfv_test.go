@@ -1,4 +1,4 @@
-package retryhttp
+package header
 
 import (
 	"testing"
@@ -19,11 +19,11 @@ func TestParseQuotasStructuredFields(t *testing.T) {
 		`%"%e2%82"`, `%"a`, `%a`, `%"%g0"`, `%"%2"`, ":YWJj", ":YW=j:", ":Y:", ":YWJ===:", ":YW!j:", "&", "(", ""}
 	for _, item := range valid {
 		h := qtHeader("RateLimit-Policy", `"a";q=1;x=`+item)
-		require.Equal(t, 1, parseQuotas(h, qtNow, qtMax).n, "valid %q", item)
+		require.Equal(t, 1, ReadQuotas(h, qtNow, qtMax).n, "valid %q", item)
 	}
 	for _, item := range invalid {
 		h := qtHeader("RateLimit-Policy", `"a";q=1;x=`+item)
-		require.Equal(t, 0, parseQuotas(h, qtNow, qtMax).n, "invalid %q", item)
+		require.Equal(t, 0, ReadQuotas(h, qtNow, qtMax).n, "invalid %q", item)
 	}
 	for _, c := range []struct {
 		field, value string
@@ -55,6 +55,6 @@ func TestParseQuotasStructuredFields(t *testing.T) {
 		{"RateLimit-Limit", `10, "x"`, 0},
 		{"RateLimit-Limit", "10;w=1, 20;w=2,", 0},
 	} {
-		require.Equal(t, c.n, parseQuotas(qtHeader(c.field, c.value), qtNow, qtMax).n, "%s: %s", c.field, c.value)
+		require.Equal(t, c.n, ReadQuotas(qtHeader(c.field, c.value), qtNow, qtMax).n, "%s: %s", c.field, c.value)
 	}
 }

@@ -1,7 +1,6 @@
-package retryhttp
+package header
 
 import (
-	"math"
 	"strings"
 	"time"
 )
@@ -42,31 +41,31 @@ func (r *quotaReader) readXRateLimit() {
 		q := unknownQuota()
 		listed := false
 		if v, ok := r.value(hXLimit); ok {
-			q.limit, q.window, listed = parseLimit(v)
+			q.Limit, q.Window, listed = parseLimit(v)
 		}
-		q.remaining = r.count(hXRemaining)
-		if used := r.count(hXUsed); q.remaining < 0 && q.limit >= 0 && used >= 0 {
-			q.remaining = max(q.limit-used, 0) // GitHub's x-ratelimit-used
+		q.Remaining = r.count(hXRemaining)
+		if used := r.count(hXUsed); q.Remaining < 0 && q.Limit >= 0 && used >= 0 {
+			q.Remaining = max(q.Limit-used, 0) // GitHub's x-ratelimit-used
 		}
 		if v, _ := r.value(hXResetAfter); v != "" {
 			if sec, nsec, ok := parseSeconds(v); ok {
 				r.setReset(&q, satSeconds(sec, nsec))
 			}
 		}
-		if v, _ := r.value(hXReset); q.reset < 0 {
+		if v, _ := r.value(hXReset); q.Reset < 0 {
 			if sec, nsec, ok := parseSeconds(v); ok && listed {
 				r.setReset(&q, satSeconds(sec, nsec))
 			} else if ok {
 				r.setReset(&q, r.epoch(sec, nsec))
 			}
 		}
-		if q.partition, _ = r.value(hXResource); q.partition == "" {
-			q.partition, _ = r.value(hXBucket) // Discord's bucket
+		if q.Partition, _ = r.value(hXResource); q.Partition == "" {
+			q.Partition, _ = r.value(hXBucket) // Discord's bucket
 		}
 		r.add(q)
 	}
 	q := unknownQuota()
-	q.limit, q.remaining = r.count(hXTwLimit), r.count(hXTwRemaining)
+	q.Limit, q.Remaining = r.count(hXTwLimit), r.count(hXTwRemaining)
 	if v, _ := r.value(hXTwReset); v != "" {
 		if sec, nsec, ok := parseSeconds(v); ok {
 			r.setReset(&q, r.epoch(sec, nsec))
@@ -90,8 +89,8 @@ func (r *quotaReader) readXRateLimit() {
 func (r *quotaReader) readVendors() {
 	if r.has(hXOpenAILimit, hXShopify) {
 		q := unknownQuota()
-		q.refill = true
-		q.limit, q.remaining = r.count(hXOpenAILimit), r.count(hXOpenAIRemaining)
+		q.Refill = true
+		q.Limit, q.Remaining = r.count(hXOpenAILimit), r.count(hXOpenAIRemaining)
 		if v, _ := r.value(hXOpenAIReset); v != "" {
 			if d, ok := parseGoDuration(v); ok {
 				r.setReset(&q, d)
@@ -102,8 +101,8 @@ func (r *quotaReader) readVendors() {
 
 	if r.has(hAnthropicLimit, hXLimit) {
 		q := unknownQuota()
-		q.refill = true
-		q.limit, q.remaining = r.count(hAnthropicLimit), r.count(hAnthropicRemaining)
+		q.Refill = true
+		q.Limit, q.Remaining = r.count(hAnthropicLimit), r.count(hAnthropicRemaining)
 		if v, _ := r.value(hAnthropicReset); v != "" {
 			if t, err := time.Parse(time.RFC3339, v); err == nil {
 				r.setReset(&q, t.Sub(r.serverTime()))
@@ -118,7 +117,7 @@ func (r *quotaReader) readVendors() {
 		s, sok := parseCount(trimOWS(size))
 		if uok && sok {
 			q := unknownQuota()
-			q.limit, q.remaining = s, max(s-u, 0)
+			q.Limit, q.Remaining = s, max(s-u, 0)
 			r.add(q)
 		}
 	}
@@ -126,63 +125,13 @@ func (r *quotaReader) readVendors() {
 	for i, scope := range azureScopes {
 		if r.keys[hXAzure+i] != "" {
 			q := unknownQuota()
-			q.remaining, q.partition = r.count(hXAzure+i), scope
+			q.Remaining, q.Partition = r.count(hXAzure+i), scope
 			r.add(q)
 		}
 	}
 }
 
-// parseCount reads 1*DIGIT, saturating at the largest int64. A sign, a
-// fraction or anything else is malformed.
-func parseCount(v string) (int64, bool) {
-	if v == "" {
-		return 0, false
-	}
-	var n int64
-	for i := 0; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return 0, false
-		}
-		if d := int64(v[i] - '0'); n <= (math.MaxInt64-d)/10 {
-			n = n*10 + d
-		} else {
-			n = math.MaxInt64 // and stays there, while the rest is checked
-		}
-	}
-	return n, true
-}
-
-// parseSeconds reads seconds with an optional fraction ("1470173023.123",
-// as Discord sends them), saturating.
-func parseSeconds(v string) (sec, nsec int64, ok bool) {
-	whole, frac, _ := strings.Cut(v, ".")
-	sec, ok = parseCount(whole)
-	if !ok || !allDigits(frac) {
-		return 0, 0, false
-	}
-	for i, scale := 0, int64(1e8); i < len(frac) && scale > 0; i, scale = i+1, scale/10 {
-		nsec += int64(frac[i]-'0') * scale
-	}
-	return sec, nsec, true
-}
-
-// satSeconds returns sec seconds plus nsec nanoseconds (|nsec| < 2e9),
-// saturating at the largest Duration; the result may be negative.
-func satSeconds(sec, nsec int64) time.Duration {
-	const maxSec = math.MaxInt64/int64(time.Second) - 2
-	switch {
-	case sec > maxSec:
-		return math.MaxInt64
-	case sec < -maxSec:
-		return math.MinInt64 / 2
-	}
-	return time.Duration(sec)*time.Second + time.Duration(nsec)
-}
-
 func trimOWS(s string) string { return strings.Trim(s, " \t") }
-
-// seconds is n seconds, saturating.
-func seconds(n int64) time.Duration { return satSeconds(n, 0) }
 
 // parseGoDuration reads a duration as OpenAI writes it ("6m0s", "20ms",
 // "2m59.56s"): time.ParseDuration's syntax without a sign, saturating
@@ -197,11 +146,11 @@ func parseGoDuration(v string) (time.Duration, bool) {
 	var d time.Duration
 	for v != "" {
 		i := 0
-		for i < len(v) && (v[i] >= '0' && v[i] <= '9' || v[i] == '.') {
+		for i < len(v) && (isDigit(v[i]) || v[i] == '.') {
 			i++
 		}
 		j := i
-		for j < len(v) && (v[j] < '0' || v[j] > '9') && v[j] != '.' {
+		for j < len(v) && !isDigit(v[j]) && v[j] != '.' {
 			j++
 		}
 		unit := durationUnit(v[i:j])
@@ -215,11 +164,7 @@ func parseGoDuration(v string) (time.Duration, bool) {
 		if unit >= time.Second {
 			frac = nsec * int64(unit/time.Second)
 		}
-		n := time.Duration(math.MaxInt64)
-		if sec <= math.MaxInt64/int64(unit) {
-			n = satAdd(time.Duration(sec)*unit, time.Duration(frac))
-		}
-		d, v = satAdd(d, n), v[j:]
+		d, v = satAdd(d, satAdd(satMul(sec, unit), time.Duration(frac))), v[j:]
 	}
 	return d, true
 }
@@ -241,12 +186,4 @@ func durationUnit(u string) time.Duration {
 		return time.Hour
 	}
 	return 0
-}
-
-// satAdd returns a+b for non-negative a and b, saturating.
-func satAdd(a, b time.Duration) time.Duration {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
 }

@@ -1,4 +1,4 @@
-package retryhttp
+package header
 
 import (
 	"net/http"
@@ -10,14 +10,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// qtMaxAllocs bounds what parseQuotas may allocate for any header: one
+// qtMaxAllocs bounds what ReadQuotas may allocate for any header: one
 // join for each of the two Structured Fields when they repeat, the errors
 // of http.ParseTime for an invalid Date (9 in Go 1.26, read once), and those
 // of time.Parse for an invalid RFC 3339 reset; 24 leaves room for the
 // standard library to change without hiding a per-header allocation.
 const qtMaxAllocs = 24
 
-// FuzzQuotas feeds parseQuotas arbitrary header names and values (one per
+// FuzzQuotas feeds ReadQuotas arbitrary header names and values (one per
 // line of names and values), any clock and any clamp.
 func FuzzQuotas(f *testing.F) {
 	date := qtNow.Format(http.TimeFormat)
@@ -49,12 +49,12 @@ func FuzzQuotas(f *testing.F) {
 		}
 		now := time.Unix(nowSec%(1<<40), 0)
 		max := time.Duration(maxReset)
-		var qs quotas
-		allocs := testing.AllocsPerRun(1, func() { qs = parseQuotas(h, now, max) })
+		var qs Quotas
+		allocs := testing.AllocsPerRun(1, func() { qs = ReadQuotas(h, now, max) })
 		qtCheck(t, qs, max)
 		require.LessOrEqual(t, allocs, float64(qtMaxAllocs))
 		// The same header reads the same every time.
-		require.Equal(t, qs, parseQuotas(h, now, max))
+		require.Equal(t, qs, ReadQuotas(h, now, max))
 		// A malformed Structured Field is ignored whole: RateLimit or
 		// RateLimit-Policy ending in a byte that no RFC 9651 syntax allows
 		// reads as if it were absent.
@@ -71,7 +71,7 @@ func FuzzQuotas(f *testing.F) {
 				broken[k] = v
 			}
 			if found {
-				require.Equal(t, parseQuotas(absent, now, max), parseQuotas(broken, now, max), field)
+				require.Equal(t, ReadQuotas(absent, now, max), ReadQuotas(broken, now, max), field)
 			}
 		}
 	})

@@ -1,4 +1,4 @@
-package retryhttp
+package header
 
 import (
 	"strings"
@@ -23,7 +23,7 @@ func (r *quotaReader) readIETF() {
 	if nc, ok := parseSFPolicies(rl, false, cur[:]); ok {
 		for _, c := range cur[:nc] {
 			q := unknownQuota()
-			q.remaining, q.partition = c.r, c.pk
+			q.Remaining, q.Partition = c.r, c.pk
 			if c.t >= 0 {
 				r.setReset(&q, seconds(c.t))
 			}
@@ -32,32 +32,32 @@ func (r *quotaReader) readIETF() {
 				if p.other {
 					continue // its r counts some other unit
 				}
-				q.limit, q.window = p.q, seconds(max(p.w, 0))
-				if q.partition == "" {
-					q.partition = p.pk
+				q.Limit, q.Window = p.q, seconds(max(p.w, 0))
+				if q.Partition == "" {
+					q.Partition = p.pk
 				}
 			}
 			r.add(q)
 		}
 	} else if limit, remaining, reset, ok := parseDraft7(rl); ok {
 		q := unknownQuota()
-		q.limit, q.remaining = limit, remaining
+		q.Limit, q.Remaining = limit, remaining
 		r.setReset(&q, seconds(reset))
 		unnamed[0] = r.add(q)
 	}
 
 	q := unknownQuota()
 	if v, ok := r.value(hRateLimitLimit); ok {
-		q.limit, q.window, _ = parseLimit(v)
+		q.Limit, q.Window, _ = parseLimit(v)
 	}
-	q.remaining = r.count(hRateLimitRemaining)
+	q.Remaining = r.count(hRateLimitRemaining)
 	gitlab := r.keys[hRateLimitObserved] != "" || r.keys[hRateLimitResetTime] != ""
 	if v, _ := r.value(hRateLimitReset); gitlab {
 		if sec, nsec, ok := parseSeconds(v); ok {
 			r.setReset(&q, r.epoch(sec, nsec))
 		}
-		if q.limit >= 0 && q.window == 0 {
-			q.window = time.Minute
+		if q.Limit >= 0 && q.Window == 0 {
+			q.Window = time.Minute
 		}
 	} else if d, ok := parseDeltaSeconds(v); ok && v != "" {
 		r.setReset(&q, d)
@@ -72,13 +72,13 @@ func (r *quotaReader) readIETF() {
 		}
 		if p.num >= 0 {
 			if i := r.unnamedWithLimit(unnamed, p.num); i >= 0 {
-				r.qs.list[i].window = seconds(p.w)
+				r.qs.list[i].Window = seconds(p.w)
 				continue
 			}
 			p.q = p.num
 		}
 		q := unknownQuota()
-		q.limit, q.window, q.partition = p.q, seconds(max(p.w, 0)), p.pk
+		q.Limit, q.Window, q.Partition = p.q, seconds(max(p.w, 0)), p.pk
 		r.add(q)
 	}
 }
@@ -87,7 +87,7 @@ func (r *quotaReader) readIETF() {
 // limit and whose window is unknown, or -1.
 func (r *quotaReader) unnamedWithLimit(idx [2]int, limit int64) int {
 	for _, i := range idx {
-		if i >= 0 && r.qs.list[i].limit == limit && r.qs.list[i].window == 0 {
+		if i >= 0 && r.qs.list[i].Limit == limit && r.qs.list[i].Window == 0 {
 			return i
 		}
 	}

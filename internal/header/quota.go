@@ -1,4 +1,4 @@
-package retryhttp
+package header
 
 import (
 	"math"
@@ -13,31 +13,31 @@ import (
 // ones kept when a response advertises more.
 const maxQuotas = 4
 
-// quota is one quota policy a response advertises.
-type quota struct {
-	limit     int64         // requests per window (q, or X-RateLimit-Limit); -1 unknown
-	window    time.Duration // the policy's window (w); 0 unknown
-	remaining int64         // requests left in the current window (r); -1 unknown
-	reset     time.Duration // until the window resets (t), clamped; -1 unknown
-	clamped   bool          // the reset asked for more than the clamp
-	partition string        // pk, or GitHub's x-ratelimit-resource; "" for none
+// Policy is one quota policy a response advertises.
+type Policy struct {
+	Limit     int64         // requests per window (q, or X-RateLimit-Limit); -1 unknown
+	Window    time.Duration // the policy's window (w); 0 unknown
+	Remaining int64         // requests left in the current window (r); -1 unknown
+	Reset     time.Duration // until the window resets (t), clamped; -1 unknown
+	Clamped   bool          // the reset asked for more than the clamp
+	Partition string        // pk, or GitHub's x-ratelimit-resource; "" for none
 
-	// asked is the reset before the clamp (saturated; -1 unknown). rate()
+	// Asked is the reset before the clamp (saturated; -1 unknown). Rate
 	// divides by it: divided by the clamp, 4,000 requests left for the
 	// 50 minutes of GitHub's hour would read as 133 a second, not 1.3.
-	asked time.Duration
-	// refill reports a reset that is when the quota is full again (a
+	Asked time.Duration
+	// Refill reports a reset that is when the quota is full again (a
 	// bucket refilling continuously: OpenAI, Anthropic), not the end of a
 	// fixed window. Such a bucket refills at (limit-remaining)/reset, and
 	// one request is free again after reset/limit, not after reset.
-	refill bool
+	Refill bool
 }
 
-// quotas is what one response advertises: up to maxQuotas policies.
-type quotas struct {
+// Quotas is what one response advertises: up to four policies.
+type Quotas struct {
 	n    int
-	list [maxQuotas]quota
-	// clamp is the maxReset the resets were read with: rate() never paces
+	list [maxQuotas]Policy
+	// clamp is the maxReset the resets were read with: Rate never paces
 	// a key slower than one request per clamp, as no header may park a
 	// request for longer than the clamp.
 	clamp time.Duration
@@ -45,17 +45,31 @@ type quotas struct {
 	// server plus a quota's asked reset is when its window ends on the
 	// server's clock, the same instant in every response of the window
 	// when the reset is an epoch, which is how a window that is not
-	// advertised is learned (see learnWindows).
+	// advertised is learned.
 	server time.Time
 }
 
-// parseQuotas reads the quotas that h advertises, measured from now (or
+// Len returns the number of policies, at most four.
+func (qs *Quotas) Len() int { return qs.n }
+
+// Policies returns the policies, in the order they were read; a caller
+// may change them in place (a window learned from an earlier response).
+func (qs *Quotas) Policies() []Policy { return qs.list[:qs.n] }
+
+// Server returns the response's clock: its Date, or the caller's now
+// without a valid one. It is set only when a policy with a limit does not
+// advertise its window (the zero time otherwise): Server plus the policy's
+// Asked reset is when its window ends on the server's clock, the same
+// instant in every response of the window when the reset is a Unix time.
+func (qs *Quotas) Server() time.Time { return qs.server }
+
+// ReadQuotas reads the quotas that h advertises, measured from now (or
 // from the response's Date); resets are clamped to maxReset.
 //
 // Header names match in any case. A response of a healthy key holds none
 // of them, so the test that every response passes is one pass over the
 // map comparing first letters: on a typical response of 8 headers it costs
-// a third of looking up each of the 32 canonical names (BenchmarkParseQuotas,
+// a third of looking up each of the 32 canonical names (BenchmarkReadQuotas,
 // none against none/lookup_each_canonical_name), and finding the lowercase
 // keys a map built by hand may hold would take as many lookups again.
 //
@@ -67,19 +81,19 @@ type quotas struct {
 // type, or without its REQUIRED parameter, makes the field malformed.
 // Unknown parameters are comments; a policy in a unit other than requests
 // (qu="content-bytes") is valid but is not about requests, and is skipped.
-func parseQuotas(h http.Header, now time.Time, maxReset time.Duration) quotas {
+func ReadQuotas(h http.Header, now time.Time, maxReset time.Duration) Quotas {
 	for key := range h {
 		if mayBeQuotaHeader(key) {
 			return readQuotas(h, now, max(maxReset, 0))
 		}
 	}
-	return quotas{clamp: max(maxReset, 0)}
+	return Quotas{clamp: max(maxReset, 0)}
 }
 
-// readQuotas is parseQuotas for a header that may hold quotas: its large
+// readQuotas is ReadQuotas for a header that may hold quotas: its large
 // frame is not zeroed for the responses that hold none.
-func readQuotas(h http.Header, now time.Time, maxReset time.Duration) quotas {
-	r := quotaReader{h: h, now: now, qs: quotas{clamp: maxReset}}
+func readQuotas(h http.Header, now time.Time, maxReset time.Duration) Quotas {
+	r := quotaReader{h: h, now: now, qs: Quotas{clamp: maxReset}}
 	r.keys.collect(h)
 	if r.has(hRateLimit, hAnthropicLimit) {
 		r.readIETF()
@@ -89,8 +103,8 @@ func readQuotas(h http.Header, now time.Time, maxReset time.Duration) quotas {
 	}
 	r.readVendors()
 	for _, q := range r.qs.list[:r.qs.n] {
-		if q.window == 0 && q.limit > 0 {
-			// learnWindows needs the server's clock.
+		if q.Window == 0 && q.Limit > 0 {
+			// Server: the caller learns the window from it.
 			r.qs.server = r.serverTime()
 			break
 		}
@@ -98,7 +112,7 @@ func readQuotas(h http.Header, now time.Time, maxReset time.Duration) quotas {
 	return r.qs
 }
 
-// mayBeQuotaHeader reports a name that starts as one parseQuotas reads
+// mayBeQuotaHeader reports a name that starts as one ReadQuotas reads
 // does, in any case: RateLimit*, Anthropic*, X-Rate*, X-Ms-R*, X-Shop*.
 func mayBeQuotaHeader(key string) bool {
 	if len(key) < len("ratelimit") {
@@ -116,43 +130,43 @@ func mayBeQuotaHeader(key string) bool {
 	return false
 }
 
-// exhausted reports the wait before the key may send again, when a policy
+// Exhausted reports the wait before the key may send again, when a policy
 // has no request left and a known reset: the longest such wait, and that
 // policy's partition. For a refilling bucket the wait is the time one
 // request takes to refill. A reset of zero asks for no wait.
-func (qs quotas) exhausted() (reset time.Duration, partition string, ok bool) {
+func (qs *Quotas) Exhausted() (reset time.Duration, partition string, ok bool) {
 	for _, q := range qs.list[:qs.n] {
-		if q.remaining != 0 || q.reset <= 0 {
+		if q.Remaining != 0 || q.Reset <= 0 {
 			continue
 		}
-		wait := q.reset
-		if q.refill && q.limit > 0 {
+		wait := q.Reset
+		if q.Refill && q.Limit > 0 {
 			// Rounded up, so at least 1 ns: asked >= reset > 0.
-			one := q.asked / time.Duration(q.limit)
-			if q.asked%time.Duration(q.limit) != 0 {
+			one := q.Asked / time.Duration(q.Limit)
+			if q.Asked%time.Duration(q.Limit) != 0 {
 				one++
 			}
 			wait = min(wait, one)
 		}
 		if !ok || wait > reset {
-			reset, partition, ok = wait, q.partition, true
+			reset, partition, ok = wait, q.Partition, true
 		}
 	}
 	return reset, partition, ok
 }
 
-// rate returns the tightest rate the policies sustain: the least, over
+// Rate returns the tightest rate the policies sustain: the least, over
 // the policies, of limit/window, or, for a policy whose window is not
 // known, of remaining/reset (for a refilling bucket,
 // (limit-remaining)/reset, the rate it refills at). burst is the
 // least remaining among the policies, at least 1 (1 when none is known):
-// the server's own count, which exhausted() then enforces, bounds what a
+// the server's own count, which Exhausted then enforces, bounds what a
 // burst spends. ok is false when no policy gives a rate, or when the clamp
 // is zero (the caller does not wait for servers).
 //
 // Every division is guarded: a term is used only when both its numerator
 // and its denominator are positive, so the result is finite and positive.
-// A policy with none left gives no rate (exhausted() holds the key
+// A policy with none left gives no rate (Exhausted holds the key
 // instead), and a zero quota gives none either. The rate is never below
 // one request per clamp, so no header can stall a key for longer than the
 // clamp allows a Retry-After to.
@@ -162,7 +176,7 @@ func (qs quotas) exhausted() (reset time.Duration, partition string, ok bool) {
 // rate at which the day's quota never runs out, however few requests the
 // key has left to send; the burst spends what is left at once, so a batch
 // smaller than it is not paced at all.
-func (qs quotas) rate() (perSecond float64, burst int, ok bool) {
+func (qs *Quotas) Rate() (perSecond float64, burst int, ok bool) {
 	if qs.clamp <= 0 {
 		return 0, 0, false
 	}
@@ -170,22 +184,22 @@ func (qs quotas) rate() (perSecond float64, burst int, ok bool) {
 	counted := false // a policy has told its remaining
 	for _, q := range qs.list[:qs.n] {
 		switch {
-		case q.limit > 0 && q.window > 0:
+		case q.Limit > 0 && q.Window > 0:
 			// The window's own rate. Its remaining over its reset would
 			// say the same of a window spent evenly, but the reset comes
 			// in whole seconds (delta-seconds, or epoch seconds against a
 			// Date to the second): a 1 s window half spent reads as 50
 			// left in 1 s, not in half a second, and pacing by it would
 			// send half the quota.
-			perSecond = min(perSecond, float64(q.limit)/q.window.Seconds())
-		case q.asked <= 0:
-		case q.refill && q.remaining >= 0 && q.limit > q.remaining:
-			perSecond = min(perSecond, float64(q.limit-q.remaining)/q.asked.Seconds())
-		case !q.refill && q.remaining > 0:
-			perSecond = min(perSecond, float64(q.remaining)/q.asked.Seconds())
+			perSecond = min(perSecond, float64(q.Limit)/q.Window.Seconds())
+		case q.Asked <= 0:
+		case q.Refill && q.Remaining >= 0 && q.Limit > q.Remaining:
+			perSecond = min(perSecond, float64(q.Limit-q.Remaining)/q.Asked.Seconds())
+		case !q.Refill && q.Remaining > 0:
+			perSecond = min(perSecond, float64(q.Remaining)/q.Asked.Seconds())
 		}
-		if q.remaining >= 0 && (!counted || q.remaining < int64(burst)) {
-			burst, counted = int(min(q.remaining, math.MaxInt)), true
+		if q.Remaining >= 0 && (!counted || q.Remaining < int64(burst)) {
+			burst, counted = int(min(q.Remaining, math.MaxInt)), true
 		}
 	}
 	if math.IsInf(perSecond, 1) {
@@ -194,7 +208,7 @@ func (qs quotas) rate() (perSecond float64, burst int, ok bool) {
 	return max(perSecond, 1/qs.clamp.Seconds()), max(burst, 1), true
 }
 
-// The headers parseQuotas reads, lowercase, grouped by first letter.
+// The headers ReadQuotas reads, lowercase, grouped by first letter.
 const (
 	hRateLimit = iota
 	hRateLimitPolicy
@@ -291,7 +305,7 @@ type quotaReader struct {
 	keys   quotaKeys
 	server time.Time // the response's clock, read when an epoch reset needs it
 	dated  bool
-	qs     quotas
+	qs     Quotas
 }
 
 // has reports whether any header of the range [lo, hi) is present.
@@ -350,18 +364,18 @@ func (r *quotaReader) epoch(sec, nsec int64) time.Duration {
 }
 
 // setReset records a reset d (negative: past, so now) and clamps it.
-func (r *quotaReader) setReset(q *quota, d time.Duration) {
+func (r *quotaReader) setReset(q *Policy, d time.Duration) {
 	d = max(d, 0)
-	q.asked, q.reset = d, d
+	q.Asked, q.Reset = d, d
 	if d > r.qs.clamp {
-		q.reset, q.clamped = r.qs.clamp, true
+		q.Reset, q.Clamped = r.qs.clamp, true
 	}
 }
 
 // add keeps q if it carries anything and there is room; it returns q's
 // index, or -1.
-func (r *quotaReader) add(q quota) int {
-	if q.limit < 0 && q.remaining < 0 && q.reset < 0 || r.qs.n == maxQuotas {
+func (r *quotaReader) add(q Policy) int {
+	if q.Limit < 0 && q.Remaining < 0 && q.Reset < 0 || r.qs.n == maxQuotas {
 		return -1
 	}
 	r.qs.list[r.qs.n] = q
@@ -370,4 +384,4 @@ func (r *quotaReader) add(q quota) int {
 }
 
 // unknownQuota is a quota of which nothing is known yet.
-func unknownQuota() quota { return quota{limit: -1, remaining: -1, reset: -1, asked: -1} }
+func unknownQuota() Policy { return Policy{Limit: -1, Remaining: -1, Reset: -1, Asked: -1} }

@@ -1,4 +1,4 @@
-package retryhttp
+package header
 
 import (
 	"strings"
@@ -324,8 +324,6 @@ func lowerHex(c byte) int {
 	}
 	return -1
 }
-
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 // isTokenChar reports tchar (RFC 9110 §5.6.2), ":" or "/".
 func isTokenChar(c byte) bool {
