@@ -108,9 +108,5 @@ func parseMillis(v string) (time.Duration, bool) {
 	if !ok {
 		return 0, false
 	}
-	d := satMul(ms, time.Millisecond)
-	if d == math.MaxInt64 {
-		return d, true
-	}
-	return d + fraction(frac, time.Millisecond), true
+	return satAdd(satMul(ms, time.Millisecond), fraction(frac, time.Millisecond)), true
 }

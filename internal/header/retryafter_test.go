@@ -80,6 +80,36 @@ func TestParseRetryAfter(t *testing.T) {
 	}
 }
 
+// TestParseMillis reads Retry-After-Ms values, up to the largest
+// Duration: a whole number of milliseconds just below it still takes its
+// fraction, and saturates rather than wraps when the fraction passes it.
+func TestParseMillis(t *testing.T) {
+	for _, c := range []struct {
+		v    string
+		want time.Duration
+		ok   bool
+	}{
+		{"300", 300 * time.Millisecond, true},
+		{" 2.5 ", 2500 * time.Microsecond, true},
+		{"0.0000019", 1 * time.Nanosecond, true},
+		{"7.", 7 * time.Millisecond, true},
+		{"9223372036854", 9223372036854 * time.Millisecond, true},
+		{"9223372036854.775807", maxDuration, true},
+		{"9223372036854.999", maxDuration, true},
+		{"9223372036855", maxDuration, true},
+		{digits64K + ".5", maxDuration, true},
+		{"", 0, false},
+		{".5", 0, false},
+		{"-1", 0, false},
+		{"1.2.3", 0, false},
+		{"1e3", 0, false},
+	} {
+		got, ok := parseMillis(c.v)
+		require.Equal(t, c.ok, ok, "%.40q", c.v)
+		require.Equal(t, c.want, got, "%.40q", c.v)
+	}
+}
+
 func retryAfterHeader(vs ...string) http.Header {
 	h := http.Header{}
 	for _, v := range vs {
