@@ -182,7 +182,7 @@ func TestAdvertiseSharedWithInFlight(t *testing.T) {
 		// burst returns how many attempts the key's send rate lets go at
 		// once after the advert.
 		burst := func(l *Lane) int {
-			l.Advertise(Advert{At: time.Now(), Rate: 20, Left: 50, For: time.Second})
+			l.advertise(Advert{At: time.Now(), Rate: 20, Left: 50, For: time.Second})
 			p := l.pace.Load()
 			require.NotNil(t, p)
 			p.mu.Lock()
@@ -223,7 +223,7 @@ func TestPaceQuotaThrottles(t *testing.T) {
 			send(Outcome{Kind: Success})
 		}
 		time.Sleep(100 * time.Millisecond)
-		l.Advertise(Advert{At: time.Now(), Rate: 95, Left: 2, For: 10 * time.Second})
+		l.advertise(Advert{At: time.Now(), Rate: 95, Left: 2, For: 10 * time.Second})
 		send(Outcome{Kind: Success}) // paced, at the pacer's generation
 		p := l.pace.Load()
 		rate := func() float64 {
@@ -287,6 +287,6 @@ func TestReadsQuota(t *testing.T) {
 		l.Done(tk, Outcome{Kind: Success})
 	}
 	assert.False(t, l.ReadsQuota(), "past them")
-	l.Advertise(Advert{At: time.Now(), N: 1})
+	l.advertise(Advert{At: time.Now(), N: 1})
 	assert.True(t, l.ReadsQuota(), "a key that advertised a quota")
 }

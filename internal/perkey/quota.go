@@ -3,6 +3,7 @@ package perkey
 import (
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/header"
 	"golang.org/x/time/rate"
 )
 
@@ -46,12 +47,42 @@ type Advert struct {
 // and a key held until the reset is not let go unpaced.
 const quotaHold = time.Second
 
-// Advertise applies what a response advertised of the key's quota: a
-// policy with nothing left holds the key until it resets (Hold), and the
-// rate the policies sustain caps the key's send rate, with the requests
-// left as the burst. A key that was not paced starts with the whole burst
-// free, so that a batch smaller than what is left goes at once.
-func (l *Lane) Advertise(a Advert) Transitions {
+// Advertise applies the quotas a response read at now advertised to the
+// key, and returns them as the key keeps them: a policy with nothing left
+// holds the key until it resets, unless the response said when to come
+// back itself (mayHold false: Retry-After wins); and the rate the policies
+// sustain, at quotaShare of it, caps the key's send rate, with the
+// requests left as the burst. A policy that does not say its window has it
+// learned from the key's previous answers (see learnWindows).
+func (l *Lane) Advertise(now time.Time, qs *header.Quotas, mayHold bool) (Advert, Transitions) {
+	learnWindows(qs, l.advertised())
+	a := Advert{At: now, N: qs.Len()}
+	if rate, burst, ok := qs.Rate(); ok {
+		a.Rate, a.Left = quotaShare*rate, burst
+	}
+	for i, q := range qs.Policies() {
+		p := Policy{Partition: q.Partition, Limit: q.Limit, Window: q.Window, Remaining: q.Remaining}
+		if q.Reset >= 0 {
+			p.Reset = now.Add(q.Reset)
+			p.ServerReset = qs.Server().Add(q.Asked)
+			if a.For == 0 || q.Reset < a.For {
+				a.For = q.Reset
+			}
+		}
+		a.Policies[i] = p
+	}
+	if reset, _, ok := qs.Exhausted(); ok && mayHold {
+		a.HoldUntil = now.Add(reset)
+	}
+	return a, l.advertise(a)
+}
+
+// advertise applies a to the key: a policy with nothing left holds the
+// key until it resets (Hold), and the rate the policies sustain caps the
+// key's send rate, with the requests left as the burst. A key that was
+// not paced starts with the whole burst free, so that a batch smaller than
+// what is left goes at once.
+func (l *Lane) advertise(a Advert) Transitions {
 	l.mu.Lock()
 	l.adv = a
 	l.mu.Unlock()
@@ -80,8 +111,8 @@ func (l *Lane) Advertise(a Advert) Transitions {
 	return trs
 }
 
-// Advertised returns the latest quota the key advertised.
-func (l *Lane) Advertised() Advert {
+// advertised returns the latest quota the key advertised.
+func (l *Lane) advertised() Advert {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.adv
@@ -118,4 +149,42 @@ func (p *pacer) advertise(now time.Time, r float64, left, sending int, until tim
 	// truth.
 	p.setRateLocked(now)
 	p.scheduleLocked(now)
+}
+
+// quotaShare is the share of an advertised rate that a key is paced at. A
+// window's reset comes in whole seconds and the client's clock is not the
+// server's, so a key paced at the full rate sends some window one request
+// more than its quota, answered 429; a twentieth below it, no window gets
+// more, and a batch takes a twentieth longer.
+const quotaShare = 0.95
+
+// learnWindows fills in the window of a policy that does not advertise
+// one (X-RateLimit-Limit, -Remaining and -Reset say nothing of it) from
+// the key's previous answer: a window that has ended moves the reset, on
+// the server's clock, by the window's length; the shortest move seen is
+// kept. Without it the policy's rate would be its remaining over its
+// reset, which a reset in whole seconds reads far too low, and a sliding
+// window (go-chi/httprate) lower still.
+func learnWindows(qs *header.Quotas, prev Advert) {
+	policies := qs.Policies()
+	for i := range policies {
+		q := &policies[i]
+		if q.Window > 0 || q.Limit <= 0 || q.Asked < 0 {
+			continue
+		}
+		at := qs.Server().Add(q.Asked)
+		for _, p := range prev.Policies[:prev.N] {
+			if p.Partition != q.Partition || p.Limit != q.Limit || p.ServerReset.IsZero() {
+				continue
+			}
+			moved := at.Sub(p.ServerReset)
+			switch {
+			case moved >= time.Second && (p.Window == 0 || moved < p.Window):
+				q.Window = moved
+			case p.Window > 0:
+				q.Window = p.Window
+			}
+			break
+		}
+	}
 }
