@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// maxQuotas bounds the policies kept from one response. The IETF examples
+// MaxPolicies bounds the policies kept from one response. The IETF examples
 // carry up to four (a second, a minute, an hour and a day); the fields that
 // describe the current state of a policy are read first, so they are the
 // ones kept when a response advertises more.
-const maxQuotas = 4
+const MaxPolicies = 4
 
 // Policy is one quota policy a response advertises.
 type Policy struct {
@@ -36,7 +36,7 @@ type Policy struct {
 // Quotas is what one response advertises: up to four policies.
 type Quotas struct {
 	n    int
-	list [maxQuotas]Policy
+	list [MaxPolicies]Policy
 	// clamp is the maxReset the resets were read with: Rate never paces
 	// a key slower than one request per clamp, as no header may park a
 	// request for longer than the clamp.
@@ -375,7 +375,7 @@ func (r *quotaReader) setReset(q *Policy, d time.Duration) {
 // add keeps q if it carries anything and there is room; it returns q's
 // index, or -1.
 func (r *quotaReader) add(q Policy) int {
-	if q.Limit < 0 && q.Remaining < 0 && q.Reset < 0 || r.qs.n == maxQuotas {
+	if q.Limit < 0 && q.Remaining < 0 && q.Reset < 0 || r.qs.n == MaxPolicies {
 		return -1
 	}
 	r.qs.list[r.qs.n] = q

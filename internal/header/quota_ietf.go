@@ -15,9 +15,9 @@ import (
 // with RateLimit-Observed and RateLimit-ResetTime; its limit is per minute
 // (https://docs.gitlab.com/ee/user/admin_area/settings/user_and_ip_rate_limits.html).
 func (r *quotaReader) readIETF() {
-	var pol [2 * maxQuotas]sfPolicy
+	var pol [2 * MaxPolicies]sfPolicy
 	np, _ := parseSFPolicies(r.joined(hRateLimitPolicy), true, pol[:])
-	var cur [maxQuotas]sfPolicy
+	var cur [MaxPolicies]sfPolicy
 	unnamed := [2]int{-1, -1} // the quotas of -07's Dictionary and of -00 to -06
 	rl := r.joined(hRateLimit)
 	if nc, ok := parseSFPolicies(rl, false, cur[:]); ok {

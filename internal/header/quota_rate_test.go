@@ -81,7 +81,7 @@ func TestQuotasRate(t *testing.T) {
 		{"bucket_full_no_rate", list(qtQ(60, 0, 60, 0).qtBucket()), 0, 0, false},
 		{"bucket_limit_unknown", list(qtQ(-1, 0, 5, 10*qtS).qtBucket()), 0, 0, false},
 		{"huge_numbers_finite", list(qtQ(math.MaxInt64, 1*qtS, math.MaxInt64, 1)), math.MaxInt64, math.MaxInt, true},
-		{"clamp_zero_no_pacing", Quotas{n: 1, list: [maxQuotas]Policy{qtQ(100, 50*qtS, -1, -1)}}, 0, 0, false},
+		{"clamp_zero_no_pacing", Quotas{n: 1, list: [MaxPolicies]Policy{qtQ(100, 50*qtS, -1, -1)}}, 0, 0, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rate, burst, ok := c.qs.Rate()
@@ -99,7 +99,7 @@ func TestQuotasRate(t *testing.T) {
 func qtCheck(t testing.TB, qs Quotas, maxReset time.Duration) {
 	t.Helper()
 	maxReset = max(maxReset, 0)
-	require.True(t, qs.n >= 0 && qs.n <= maxQuotas, "n %d", qs.n)
+	require.True(t, qs.n >= 0 && qs.n <= MaxPolicies, "n %d", qs.n)
 	for _, q := range qs.list[:qs.n] {
 		require.True(t, q.Reset == -1 || q.Reset >= 0 && q.Reset <= maxReset, "reset %v", q.Reset)
 		require.True(t, q.Asked == -1 && q.Reset == -1 || q.Asked >= q.Reset && q.Reset >= 0, "asked %v reset %v", q.Asked, q.Reset)

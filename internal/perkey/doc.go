@@ -11,16 +11,16 @@
 // place among the attempts in flight). Every call that changes a state
 // returns the Transitions it made, so that the caller reports them after
 // the lane's lock is released, never under it.
-//
-// One file per mechanism: key.go (the key and its parsing), table.go (the
-// bounded table and how entries leave it), lane.go (the lane and its fast
-// path), circuit.go (trip, open, half-open and the one close rule),
-// hold.go, pace.go (the adaptive send rate), slots.go (the concurrency
-// limit), queue.go (the one waiter queue they and the lane use), wait.go
-// (requests that wait for a key to recover, and their release),
-// recovery.go (the rate of that release), bucket.go (the token bucket
-// both timed releases share), calendar.go (RetryAt's spread), latency.go
-// (the key's answer time, which guards a host against its callers'
-// deadlines),
-// view.go (one locked read of a lane) and transition.go.
 package perkey
+
+// One file per mechanism: key.go (the key and its parsing), table.go (the
+// bounded table and how entries leave it), lane.go (the lane, its fast
+// path and what an outcome tells it), circuit.go (trip, open, half-open
+// and the one close rule), hold.go (the hold and a held request's wait),
+// pace.go (the adaptive send rate), quota.go (an advertised quota),
+// slots.go (the concurrency limit), queue.go (the one waiter queue they
+// and the lane use), wait.go (requests that wait for a key to recover,
+// and their release), recovery.go (the rate of that release), bucket.go
+// (the token bucket both timed releases share), calendar.go (RetryAt's
+// spread), slowcall.go (the slow-call rule and the key's answer time),
+// view.go (one locked read of a lane) and transition.go.

@@ -21,7 +21,7 @@ type Config struct {
 	MaxOpenFor   time.Duration // the longest, as the outage goes on; <= OpenFor: always OpenFor
 	OpenJitter   time.Duration // width of the random time added to OpenFor; <= 0: none
 	Probes       int           // probes a half-open circuit lets through at once
-	MaxKeys      int           // lanes held before idle ones leave; 0: DefaultMaxKeys
+	MaxKeys      int           // lanes held before idle ones leave; 0: defaultMaxKeys
 	SlowAfter    time.Duration // the least wait that counts against the key when the caller gives up (latency.go); <= 0: none
 	// SeesEverySuccess: every attempt to a key goes through its lane, so
 	// a lane knows how many have succeeded (see Lane.early). Without it a
@@ -48,9 +48,6 @@ func NewSet(c Config) *Set {
 	s.table.Max = c.MaxKeys
 	return s
 }
-
-// Config returns the Set's configuration.
-func (s *Set) Config() Config { return s.cfg }
 
 // Lane returns the key's lane, creating it if needed.
 func (s *Set) Lane(k Key) *Lane {

@@ -21,9 +21,6 @@ type Policy struct {
 	ServerReset time.Time
 }
 
-// MaxPolicies bounds the policies an Advert carries.
-const MaxPolicies = 4
-
 // Advert is what one response advertised of the key's quota.
 type Advert struct {
 	At time.Time // when the response was read
@@ -37,7 +34,7 @@ type Advert struct {
 	// HoldUntil is set when a policy has no request left: none may go
 	// before then.
 	HoldUntil time.Time
-	Policies  [MaxPolicies]Policy
+	Policies  [header.MaxPolicies]Policy
 	N         int
 }
 

@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// DefaultMaxKeys is how many keys a table keeps in memory at once by
+// defaultMaxKeys is how many keys a table keeps in memory at once by
 // default (see Table.Max). A lane costs a few hundred bytes, so 65,536
 // keys stay within about 30 MB, while a dispatcher with tens of thousands
 // of active tenants keeps every one that matters.
-const DefaultMaxKeys = 1 << 16
+const defaultMaxKeys = 1 << 16
 
 // clockSteps bounds the entries one insertion looks at to find one to
 // evict, so that no request waits on a pass over the whole table.
@@ -43,7 +43,7 @@ type Table[V any] struct {
 	// without loss. It is set before the table is first used.
 	Idle func(V, time.Time) bool
 	// Max is how many entries are held before idle ones are evicted;
-	// 0 means DefaultMaxKeys (65,536). It is set before first use.
+	// 0 means defaultMaxKeys (65,536). It is set before first use.
 	Max int
 
 	mu   sync.Mutex
@@ -128,7 +128,7 @@ func (t *Table[V]) insert(k Key, mk func(Key) V) any {
 	}
 	max := t.Max
 	if max <= 0 {
-		max = DefaultMaxKeys
+		max = defaultMaxKeys
 	}
 	var now time.Time
 	for range 2 {

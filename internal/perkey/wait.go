@@ -59,13 +59,13 @@ func (l *Lane) Wait(ctx context.Context, lim Limits, until time.Time) (Ticket, T
 // Queue is Wait for a request whose retry its budget refused: it joins
 // the key's queue at once, however the key stands, and is let go by a
 // test, or once the key shows it is back; until bounds it as it does
-// Wait, and a wait whose time is up ends with ErrWaitedOut.
+// Wait, and a wait whose time is up ends with errWaitedOut.
 func (l *Lane) Queue(ctx context.Context, lim Limits, until time.Time) (Ticket, Transitions, error) {
 	return l.admitLoop(ctx, lim, until, true)
 }
 
-// ErrWaitedOut ends a Queue whose time is up.
-var ErrWaitedOut = errors.New("waited out")
+// errWaitedOut ends a Queue whose time is up.
+var errWaitedOut = errors.New("waited out")
 
 // admitLoop admits an attempt; when until is set, it waits in the key's
 // queue, for its turn while the key recovers, and instead of being refused
@@ -73,7 +73,7 @@ var ErrWaitedOut = errors.New("waited out")
 func (l *Lane) admitLoop(ctx context.Context, lim Limits, until time.Time, join bool) (Ticket, Transitions, error) {
 	var trs Transitions
 	g := grantNone
-	last := ErrWaitedOut // what a wait whose time is up ends with
+	last := errWaitedOut // what a wait whose time is up ends with
 	for {
 		if !join {
 			tk, err := l.allow(&trs, g, lim.Queue)

@@ -200,7 +200,7 @@ func TestWaitEnds(t *testing.T) {
 		_, _, err := l.Wait(t.Context(), Limits{Queue: true}, time.Now().Add(100*time.Millisecond))
 		assert.ErrorIs(t, err, ErrOpen, "a wait whose time is up")
 		_, _, err = l.Queue(t.Context(), Limits{Queue: true}, time.Now().Add(100*time.Millisecond))
-		assert.ErrorIs(t, err, ErrWaitedOut, "a queue whose time is up")
+		assert.ErrorIs(t, err, errWaitedOut, "a queue whose time is up")
 		ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
 		defer cancel()
 		_, _, err = l.Wait(ctx, Limits{Queue: true}, time.Now().Add(time.Hour))

@@ -2,35 +2,6 @@ package perkey
 
 import "time"
 
-// A key's answer time is the circuit's guard against blaming a host for
-// its callers' own deadlines. An attempt that was sent and got no answer
-// before its caller's context ended counts as a failure of the key only
-// when it ran longer than Config.SlowAfter and longer than twice the
-// key's answer time: a caller that gives up sooner than the host usually
-// answers says nothing against the host.
-//
-// The answer time follows the slowest of the key's recent answers: it
-// rises at once to any answer slower than itself (a host that has just
-// been that slow is not to be blamed for being that slow again), and
-// falls by an eighth at each answer under half of it, so that it comes
-// down, over a few dozen answers, to within twice what the host now
-// takes. Most answers change nothing, and only an answer that does is
-// written: the lane is shared by every request to the key, and a write
-// on every answer would make the cores take the line from each other.
-//
-// It is fed only by answers that were timed anyway (see the root
-// package), and it is an estimate: two answers recorded at
-// once may lose one's update, which the next answer makes up for.
-//
-// Timing an attempt costs two reads of the clock, as much as the rest of
-// a request's way through the transport, so not every attempt is timed:
-// a sample of the requests, which keeps the answer time known, and every
-// attempt to a key while it is watched. A key is watched from the moment
-// a caller gives up on one of its attempts (its context ends first), for
-// WatchFor after the latest such moment: a host that stops answering is
-// then judged on every attempt, from its callers' first give-ups on, and
-// a key whose callers never give up costs its requests no clock.
-
 // WatchFor is how long every attempt to a key is timed after a caller
 // last gave up on one: long enough to span a hung host's failure period
 // (twice the breaker's span by default) and its open circuit's first
@@ -86,6 +57,35 @@ func (l *Lane) timed(now time.Time) {
 }
 
 // answered records that an attempt to the key was answered after d.
+//
+// A key's answer time is the circuit's guard against blaming a host for
+// its callers' own deadlines. An attempt that was sent and got no answer
+// before its caller's context ended counts as a failure of the key only
+// when it ran longer than Config.SlowAfter and longer than twice the
+// key's answer time: a caller that gives up sooner than the host usually
+// answers says nothing against the host.
+//
+// The answer time follows the slowest of the key's recent answers: it
+// rises at once to any answer slower than itself (a host that has just
+// been that slow is not to be blamed for being that slow again), and
+// falls by an eighth at each answer under half of it, so that it comes
+// down, over a few dozen answers, to within twice what the host now
+// takes. Most answers change nothing, and only an answer that does is
+// written: the lane is shared by every request to the key, and a write
+// on every answer would make the cores take the line from each other.
+//
+// It is fed only by answers that were timed anyway, and it is an
+// estimate: two answers recorded at once may lose one's update, which the
+// next answer makes up for.
+//
+// Timing an attempt costs two reads of the clock, as much as the rest of
+// a request's way through the transport, so not every attempt is timed:
+// a sample of the requests, which keeps the answer time known, and every
+// attempt to a key while it is watched. A key is watched from the moment
+// a caller gives up on one of its attempts (its context ends first), for
+// WatchFor after the latest such moment: a host that stops answering is
+// then judged on every attempt, from its callers' first give-ups on, and
+// a key whose callers never give up costs its requests no clock.
 func (l *Lane) answered(d time.Duration) {
 	a := l.answer.Load()
 	switch {
