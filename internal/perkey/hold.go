@@ -50,15 +50,15 @@ func (l *Lane) heldNow() error {
 }
 
 // HeldWait returns how long a request that a hold refused with e waits
-// before it asks again: until the hold ends, plus a spread drawn up to
-// spread so that the held requests do not return together, unless the key
-// is paced at the quota it advertises (its pacer then lets them go one
-// after another at that rate, which a spread on top would only slow). ok
-// is false when the request may not wait that long: its waits for holds,
-// held so far and this one, would pass patience, or the wait would reach
-// the request's deadline (the zero time: none).
+// before it asks again: to the hold's end plus a draw of up to spread. ok
+// is false when held plus that wait would pass patience, or the wait
+// would reach deadline (the zero time: none).
 func (l *Lane) HeldWait(e *HeldError, spread, held, patience time.Duration, deadline time.Time) (wait time.Duration, ok bool) {
 	if l.Paced() && l.advertises.Load() {
+		// Paced at the quota it advertises: its pacer lets the held
+		// requests go one after another at that rate, which a spread on
+		// top would only slow. Otherwise the spread keeps them from
+		// returning together.
 		spread = 0
 	}
 	now := time.Now()

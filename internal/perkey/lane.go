@@ -263,20 +263,15 @@ const (
 	Failure
 )
 
-// Outcome is what an attempt's outcome tells the key: what kind it was
-// and, for a response, the facts the key's hold and send rate follow. The
-// rules that turn those facts into a hold or a cut of the send rate are
-// the lane's (see Done).
+// Outcome is what an attempt's outcome tells the key: its kind and, for a
+// response, the facts from which the lane decides on a hold and a cut of
+// the send rate (see Done).
 type Outcome struct {
-	Kind Kind
-	// Throttles: the response's status is one the key's send rate follows
-	// (the adaptive rate's statuses).
-	Throttles bool
-	// TooMany: the response is a 429 Too Many Requests.
-	TooMany bool
-	// RetryAfter: the response asked, in a usable Retry-After, for Wait
-	// (clamped) before the next attempt; Asked is what it asked before the
-	// clamp.
+	Kind      Kind
+	Throttles bool // the status is one of the adaptive rate's
+	TooMany   bool // the status is 429
+	// RetryAfter: a usable Retry-After asked for Wait (clamped), or Asked
+	// before the clamp.
 	RetryAfter  bool
 	Wait, Asked time.Duration
 }
@@ -288,11 +283,9 @@ type Outcome struct {
 // retry's delay obeys.
 const holdThreshold = 5 * time.Second
 
-// Throttled reports a 429 among the statuses the send rate follows: the
-// host is up and asks for less. It tells the circuit nothing: counted as a
-// failure, a batch's first burst, all answered at once, would trip the
-// circuit of a host that serves every request it admits. The send rate,
-// which the 429 cuts, then spaces the request's retries.
+// Throttled reports a 429 among the adaptive rate's statuses: the host is
+// up and asks for less, so the send rate, not a backoff, spaces the
+// request's retries.
 func (o Outcome) Throttled() bool { return o.Throttles && o.TooMany }
 
 // holds reports whether the response holds the whole key until its wait
@@ -392,6 +385,9 @@ func (l *Lane) doneSlow(t Ticket, o Outcome, counted bool) Transitions {
 	}
 	kind := o.Kind
 	if o.Throttled() {
+		// It tells the circuit nothing: counted as a failure, a batch's
+		// first burst, all answered at once, would trip the circuit of a
+		// host that serves every request it admits.
 		kind = None
 	}
 	l.record(t, kind, &trs)
