@@ -8,13 +8,13 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/attempt"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -156,7 +156,7 @@ func (b *stallBody) Close() error {
 }
 
 // A failed response whose body stalls holds the retry for at most
-// drainTimeout, and never past the caller's deadline; a longer delay
+// attempt.DrainTimeout, and never past the caller's deadline; a longer delay
 // overlaps the drain rather than adding to it.
 func TestBodyDrainBoundedInTime(t *testing.T) {
 	cases := []struct {
@@ -166,7 +166,7 @@ func TestBodyDrainBoundedInTime(t *testing.T) {
 		wantAt   time.Duration // when the retry leaves, or the call returns
 		wantErr  bool
 	}{
-		{"no delay: the drain's bound", immediate{}, 0, drainTimeout, false},
+		{"no delay: the drain's bound", immediate{}, 0, attempt.DrainTimeout, false},
 		{"delay longer than the bound", Exponential{Base: 300 * time.Millisecond}, 0, 300 * time.Millisecond, false},
 		{"deadline before the bound", immediate{}, 60 * time.Millisecond, 60 * time.Millisecond, true},
 	}
@@ -206,68 +206,4 @@ func TestBodyDrainBoundedInTime(t *testing.T) {
 			})
 		})
 	}
-}
-
-// The GetBody functions that http.NewRequest sets return a new reader each
-// time, so their bodies are sent as they are; any other GetBody's bodies are
-// tracked, because it may hand out one shared reader.
-func TestBodySnapshotGetBody(t *testing.T) {
-	for _, body := range []io.Reader{bytes.NewBufferString("b"), bytes.NewReader([]byte("b")), strings.NewReader("b")} {
-		req, err := http.NewRequest(http.MethodPut, testURL, body)
-		require.NoError(t, err)
-		assert.True(t, snapshotGetBody(req.GetBody), "%T", body)
-	}
-	shared := &sharedReader{r: bytes.NewReader([]byte("b"))}
-	assert.False(t, snapshotGetBody(shared.getBody), "a method value")
-	assert.False(t, snapshotGetBody(func() (io.ReadCloser, error) { return shared, nil }), "a closure")
-}
-
-// A next RoundTripper that replays a tracked body itself, through the
-// attempt's GetBody, gets a tracked body too; once the transport has moved
-// on to the next attempt it gets an error instead.
-func TestBodyInnerGetBody(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		shared := &sharedReader{r: bytes.NewReader([]byte("payload"))}
-		var inner []string
-		var first *http.Request
-		next := newNext(reply{status: 503, before: func(req *http.Request) {
-			first = req
-			b, err := req.GetBody()
-			require.NoError(t, err)
-			got, _ := io.ReadAll(b)
-			inner = append(inner, string(got))
-			b.Close()
-		}}, reply{status: 200})
-		req := newReq(t.Context(), http.MethodPut, shared)
-		req.GetBody = shared.getBody
-		resp, err := newT(next, WithPolicy(immediate{})).RoundTrip(req)
-		require.NoError(t, err)
-		readBody(t, resp)
-		assert.Equal(t, []string{"payload"}, inner)
-		_, err = first.GetBody()
-		assert.ErrorIs(t, err, errBodyReleased, "a GetBody of an attempt the transport has left")
-	})
-}
-
-// A 101 response's body stays writable through the attempt timeout's
-// wrapper.
-func TestBodyUpgradeWritable(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var wrote bytes.Buffer
-		next := newNext(reply{status: http.StatusSwitchingProtocols, newBody: func(*http.Request) io.ReadCloser {
-			return struct {
-				io.Reader
-				io.Writer
-				io.Closer
-			}{strings.NewReader(""), &wrote, io.NopCloser(nil)}
-		}})
-		resp, err := newT(next, WithAttemptTimeout(time.Second)).RoundTrip(newReq(t.Context(), http.MethodGet, nil))
-		require.NoError(t, err)
-		w, ok := resp.Body.(io.Writer)
-		require.True(t, ok, "the body is no longer a writer")
-		_, err = w.Write([]byte("ping"))
-		require.NoError(t, err)
-		assert.Equal(t, "ping", wrote.String())
-		resp.Body.Close()
-	})
 }

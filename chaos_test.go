@@ -41,8 +41,9 @@ import (
 // chaosTimeout bounds each chaos test.
 const chaosTimeout = 30 * time.Second
 
-// chaosDrainLimit is the transport's drainLimit (body.go), which is
-// unexported: the most of a discarded response body it may read.
+// chaosDrainLimit is the transport's drain limit (attempt.DrainLimit, in
+// internal/attempt), which this test, outside the package, keeps its own
+// copy of: the most of a discarded response body it may read.
 const chaosDrainLimit = 64 << 10
 
 // chaosJitter is the small real backoff most chaos tests use, so a run

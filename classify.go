@@ -1,13 +1,10 @@
 package retryhttp
 
 import (
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
-	"net"
 	"net/http"
 	"strings"
 
+	"github.com/retryhttp/retryhttp/internal/attempt"
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
@@ -60,7 +57,7 @@ func classify(req *http.Request, resp *http.Response, err error, retryIf func(*h
 		case callerMistake(req, err):
 			// Nothing reached the host; the same request fails the same way.
 			return verdict{reach: notSent, why: ReasonNotRetryable}
-		case certificateError(err):
+		case attempt.CertificateRejected(err):
 			// The same certificate fails the same way; a host with a bad
 			// certificate is misconfigured, not overloaded, so its circuit
 			// is not told.
@@ -73,7 +70,7 @@ func classify(req *http.Request, resp *http.Response, err error, retryIf func(*h
 		}
 	}
 	v := verdict{retry: retryIf(resp, err)}
-	if err != nil && neverReached(err) {
+	if err != nil && attempt.NeverReached(err) {
 		v.reach = notReached
 	}
 	switch {
@@ -114,43 +111,6 @@ func callerMistake(req *http.Request, err error) bool {
 	// A body shorter or longer than its declared ContentLength: net/http
 	// refuses to finish writing it, and it will be just as wrong next time.
 	return req.ContentLength > 0 && strings.Contains(err.Error(), "with Body length")
-}
-
-// neverReached reports a transport error that proves the request never
-// reached the server: dialing (including the name lookup) failed, or the TLS
-// handshake did; or that the server never processed it: an HTTP/2 server
-// refused its stream (see h2unsent.go). Anything less certain, such as a
-// reset that may have come after the request was written, counts as
-// reached.
-func neverReached(err error) bool {
-	var (
-		op     *net.OpError
-		dns    *net.DNSError
-		alert  tls.AlertError
-		record tls.RecordHeaderError
-		ech    *tls.ECHRejectionError
-	)
-	switch {
-	case errors.As(err, &op) && (op.Op == "dial" || op.Op == "proxyconnect"):
-		return true
-	case errors.As(err, &dns), errors.As(err, &alert), errors.As(err, &record), errors.As(err, &ech):
-		return true
-	}
-	// http.Transport's own handshake timeout is an unexported type.
-	return strings.Contains(err.Error(), "TLS handshake timeout") || h2Unprocessed(err)
-}
-
-// certificateError reports an error that a retry cannot mend: the server's
-// certificate was rejected.
-func certificateError(err error) bool {
-	var (
-		verify    *tls.CertificateVerificationError
-		authority x509.UnknownAuthorityError
-		invalid   x509.CertificateInvalidError
-		hostname  x509.HostnameError
-	)
-	return errors.As(err, &verify) || errors.As(err, &authority) ||
-		errors.As(err, &invalid) || errors.As(err, &hostname)
 }
 
 // validHeader applies net/http's rules for outgoing header fields: names

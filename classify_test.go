@@ -16,6 +16,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/attempt"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -40,7 +41,7 @@ func TestClassifyReach(t *testing.T) {
 		{"reset after connecting", errReset(), reached},
 		{"EOF", io.EOF, reached},
 		{"unexpected EOF", io.ErrUnexpectedEOF, reached},
-		{"attempt timed out", &attemptTimeoutError{d: time.Second, err: context.Canceled}, reached},
+		{"attempt timed out", attemptTimedOut(), reached},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -50,6 +51,18 @@ func TestClassifyReach(t *testing.T) {
 			assert.Equal(t, outcomeFailure, v.host, "what the host is told")
 		})
 	}
+}
+
+// attemptTimedOut returns the error of an attempt that its attempt timeout
+// ended before its response headers arrived.
+func attemptTimedOut() error {
+	req := newReq(context.Background(), http.MethodGet, nil)
+	hang := peerRT(func(r *http.Request) (*http.Response, error) {
+		<-r.Context().Done()
+		return nil, r.Context().Err()
+	})
+	_, err := attempt.Send(hang, req, time.Millisecond, req.Context())
+	return err
 }
 
 // Errors the request itself causes are the caller's: one attempt, nothing
@@ -182,7 +195,7 @@ func TestClassifyPostNeverReached(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "got event", readBody(t, resp))
 		require.Error(t, refused, "the first attempt must have failed")
-		assert.True(t, neverReached(refused), "first attempt's error %v", refused)
+		assert.True(t, attempt.NeverReached(refused), "first attempt's error %v", refused)
 		assert.Equal(t, int64(1), received.Load(), "POSTs received")
 		assert.Equal(t, uint64(2), tr.Stats().Attempts)
 	})

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/retryhttp/retryhttp/internal/attempt"
 )
 
 // Reason says why the transport stopped retrying a request, carried by
@@ -134,24 +136,17 @@ func plural(n int) string {
 	return "s"
 }
 
-// attemptTimeoutError is the cause when WithAttemptTimeout ended an attempt
-// before its response headers arrived. It satisfies
-// errors.Is(err, context.DeadlineExceeded) and still reaches the error that
-// the next RoundTripper returned.
-type attemptTimeoutError struct {
-	d   time.Duration
-	err error
+// rewindReason is why a request stops when the next attempt's request
+// could not be queued (see attempt.Body.Next); ReasonNone when it was.
+func rewindReason(r attempt.Readiness) Reason {
+	switch r {
+	case attempt.ContextEnded:
+		return ReasonContextDone
+	case attempt.NoFreshBody:
+		return ReasonBodyNotReplayable
+	}
+	return ReasonNone
 }
-
-func (e *attemptTimeoutError) Error() string {
-	return "attempt timed out after " + e.d.String() + ": " + e.err.Error()
-}
-
-func (e *attemptTimeoutError) Unwrap() []error {
-	return []error{context.DeadlineExceeded, e.err}
-}
-
-func (e *attemptTimeoutError) Timeout() bool { return true }
 
 // ErrCircuitOpen is wrapped by the error of a request that a host's open
 // circuit refused, or woke from its sleep before a retry.

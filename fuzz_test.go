@@ -28,6 +28,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/retryhttp/retryhttp/internal/attempt"
 )
 
 // ---------------------------------------------------------------------------
@@ -617,7 +619,7 @@ func FuzzRoundTrip(f *testing.F) {
 			}
 			cause := lastRes.err
 			if cause == nil {
-				cause = errNilResponse
+				cause = attempt.ErrNilResponse
 			}
 			if !errors.Is(err, cause) {
 				t.Fatalf("%s: error does not wrap the last attempt's cause %q", desc(), cause)
@@ -710,7 +712,7 @@ func FuzzRoundTrip(f *testing.F) {
 				wantStatus, wantErr := 0, res.err
 				switch {
 				case res.err == nil && res.resp == nil:
-					wantErr = errNilResponse
+					wantErr = attempt.ErrNilResponse
 				case res.err == nil:
 					wantStatus = res.resp.StatusCode
 				}

@@ -443,3 +443,36 @@ type settings struct {
 	maxWait          time.Duration // the longest a request waits, in all, for its key to recover; 0: refuse at once
 	responseBuffer   int64         // the largest successful response body read before RoundTrip returns; 0: none
 }
+
+// WithResponseBuffer makes the transport read the body of a successful
+// response (a 2xx status) into memory, up to maxBytes, before RoundTrip
+// returns it, so that a body cut mid-read (the connection reset or closed
+// before the declared Content-Length, or a chunked body's end, arrived) is
+// retried like a transport error, instead of reaching the caller as a
+// read error after the headers: RoundTrip cannot take a response back
+// once it has returned it. It suits small JSON answers that a caller reads
+// whole anyway; the body is then read before RoundTrip returns, and a
+// caller that stops reading early no longer saves the rest of the
+// transfer.
+//
+// The rules of a retry apply as to any transport error: only a request
+// that may be sent again is buffered (idempotent, its body replayable, and
+// more than one attempt allowed), and the others stream as they do
+// without the option; a cut that is not retried (the budget, the circuit,
+// the deadline, the attempts left, or WithRetryIf) ends the request with
+// an Error wrapping the read error. A body the response declares larger
+// than maxBytes is not read; one that turns out larger (no declared
+// length) is handed back streaming, the bytes already read in front of
+// the rest. A buffered body's ContentLength is its length. Stats counts
+// the bodies buffered, cut and too large. 0 turns it off (the default).
+//
+// The read is bounded by the request's context only: WithAttemptTimeout
+// bounds the wait for the response headers, not the body. A body that
+// stalls without being cut keeps RoundTrip waiting until the context
+// ends, so give the request a deadline; and leave the option off for
+// streamed answers (server-sent events, long polls), which RoundTrip
+// would return only once the stream ends.
+func WithResponseBuffer(maxBytes int64) RequestOption {
+	nonNegative("WithResponseBuffer", maxBytes)
+	return newRequestOption("WithResponseBuffer", func(s *settings) { s.responseBuffer = maxBytes })
+}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/attempt"
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
@@ -72,7 +73,7 @@ func (r *retrier) timed() bool {
 // call to the response headers or the error.
 func (r *retrier) sendClocked(areq *http.Request) (*http.Response, error) {
 	start := time.Now()
-	resp, err := r.sendWithTimeout(areq)
+	resp, err := attempt.Send(r.t.next, areq, r.s.attemptTimeout, r.req.Context())
 	r.clock.timed = true
 	r.clock.call = perkey.Call{Start: start, Took: time.Since(start), Answered: err == nil}
 	return resp, err

@@ -1,11 +1,14 @@
 package retryhttp
 
 import (
+	"context"
 	"math"
 	"math/bits"
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/retryhttp/retryhttp/internal/attempt"
 )
 
 // Stats is a snapshot of a Transport's counters, taken by
@@ -158,6 +161,22 @@ func (s *stats) recordDelay(retry int, d time.Duration) {
 	h := &s.delays[min(retry, delayRetries)-1]
 	h.sum.Add(int64(d))
 	h.buckets[delayBucket(d)].Add(1)
+}
+
+// countBuffering counts what the response buffer did with an attempt's
+// response. A cut counts only while the caller's context has not ended:
+// then the host's connection cut the body.
+func (s *stats) countBuffering(b attempt.Buffering, ctx context.Context) {
+	switch b {
+	case attempt.Buffered:
+		s.respBuffered.Add(1)
+	case attempt.TooLarge:
+		s.respTooLarge.Add(1)
+	case attempt.Cut:
+		if ctx.Err() == nil {
+			s.respCut.Add(1)
+		}
+	}
 }
 
 // Stats returns a snapshot of the transport's counters and delay

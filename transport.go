@@ -1,11 +1,11 @@
 package retryhttp
 
 import (
-	"io"
 	"net/http"
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
+	"github.com/retryhttp/retryhttp/internal/attempt"
 	"github.com/retryhttp/retryhttp/internal/header"
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
@@ -97,7 +97,7 @@ func (t *Transport) CloseIdleConnections() {
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.next == nil {
 		// A Transport{} literal: say so rather than panic on a nil field.
-		closeRequestBody(req)
+		attempt.CloseRequestBody(req)
 		return nil, errNotFromNew
 	}
 	ctx := req.Context()
@@ -119,7 +119,8 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		r.lane = t.lanes.Lane(r.keyOf())
 	}
 	defer r.unwind()
-	r.queued = r.replayable() // what the first attempt sends
+	r.idempotent = r.s.idempotentIf(req)
+	r.body.First(req, r.s.maxAttempts, r.s.bodyBuffer) // what the first attempt sends
 
 	if r.s.firstJitter > 0 {
 		// Spread a bulk sender's first attempts; cancellable like any sleep.
@@ -184,7 +185,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// circuit opens; or wait in the key's queue.
 		if then == retryAfter {
 			if resp != nil {
-				drain(resp.Body, r.drainTime())
+				attempt.Drain(resp.Body, r.drainTime())
 				r.resp = nil
 			}
 			if serr := r.sleep(time.Until(f.now.Add(delay))); serr != nil && !(serr == ErrCircuitOpen && r.maxWaitLeft() > 0) {
@@ -209,9 +210,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 type retrier struct {
 	t        *Transport
 	s        *settings
-	req      *http.Request                 // the caller's request, never modified
-	body     func() (io.ReadCloser, error) // a fresh body for each retry; nil: no body
-	sent     *sentBody                     // the latest attempt's body, when tracked
+	req      *http.Request // the caller's request, never modified
 	hooks    hookSet
 	attempts int
 	key      hostKey // the request's key, once keyOf has computed it
@@ -220,10 +219,10 @@ type retrier struct {
 	ticket   perkey.Ticket // the latest attempt's admission
 	// What the request holds and must release however it ends (see
 	// unwind): resp, the latest response, until it is drained or handed
-	// back; queued, the next attempt's request, until it is sent or its
+	// back; body, the next attempt's request, until it is sent or its
 	// body closed; admitted, the ticket, until its outcome is recorded.
 	resp     *http.Response
-	queued   *http.Request
+	body     attempt.Body // the request's body across its attempts
 	admitted bool
 	// kept is the latest response, its body read into memory, while the
 	// request waits for its key: what the caller gets if the wait ends
@@ -231,15 +230,8 @@ type retrier struct {
 	kept    *http.Response
 	waited  time.Duration
 	didWait bool
-	// tracked: the bodies come from a GetBody that may hand out one shared
-	// reader again and again, so each attempt's body is a sentBody,
-	// released before the next attempt takes its own.
-	tracked bool
 	// idempotent: the request may be sent more than once.
 	idempotent bool
-	// unreplayable: the body cannot be sent again (no GetBody and not
-	// buffered, or larger than the buffer).
-	unreplayable bool
 	// clock is the slow-call rule's timing (see slowcall.go).
 	clock clock
 	// sampled: the request's responses are read for a quota even if its
@@ -264,7 +256,7 @@ func (r *retrier) unwind() {
 	if r.resp != nil {
 		r.resp.Body.Close()
 	}
-	closeRequestBody(r.queued)
+	r.body.Close()
 }
 
 // keyOf returns the request's key, computing it on first use: a request
@@ -366,7 +358,7 @@ func (r *retrier) facts(v verdict, delay time.Duration) facts {
 		attemptsLeft: r.s.maxAttempts - r.attempts,
 		idempotent:   r.idempotent,
 		reached:      v.reach != notReached,
-		replayable:   !r.unreplayable,
+		replayable:   r.body.Replayable(),
 		circuitOpen:  r.lane != nil && r.lane.IsOpen(),
 		mayWait:      r.maxWaitLeft() > 0,
 		delay:        delay,
@@ -377,7 +369,7 @@ func (r *retrier) facts(v verdict, delay time.Duration) facts {
 }
 
 // rewind prepares the retry that decide allowed, in this order: the next
-// attempt's request with a fresh body (left in r.queued); then, for a
+// attempt's request with a fresh body (queued in r.body); then, for a
 // retry after a delay, the budget's token, last so that a retry not made
 // costs none (without one, or when others already wait for the key, the
 // retry queues for the key if the request may wait, and stops otherwise);
@@ -386,7 +378,7 @@ func (r *retrier) facts(v verdict, delay time.Duration) facts {
 // nothing does, what the queue stands in for when it queues (the budget's
 // refusal, or none when it joined others).
 func (r *retrier) rewind(then next, delay time.Duration, wait header.Wait) (next, Reason) {
-	if reason := r.nextRequest(); reason != ReasonNone {
+	if reason := rewindReason(r.body.Next()); reason != ReasonNone {
 		return stop, reason
 	}
 	if then == retryWhen {
@@ -416,10 +408,10 @@ func (r *retrier) rewind(then next, delay time.Duration, wait header.Wait) (next
 	return then, ReasonNone
 }
 
-// drainTime bounds the drain of a failed response: drainTimeout, and never
+// drainTime bounds the drain of a failed response: attempt.DrainTimeout, and never
 // past the caller's deadline.
 func (r *retrier) drainTime() time.Duration {
-	d := drainTimeout
+	d := attempt.DrainTimeout
 	if dl, ok := r.req.Context().Deadline(); ok {
 		d = min(d, time.Until(dl))
 	}
@@ -455,11 +447,8 @@ func (r *retrier) finish(resp *http.Response, attemptErr error, reason Reason, c
 	if r.attempts == 0 {
 		r.t.stats.notSent.Add(1)
 	}
-	if r.queued != nil {
-		// An attempt that will not be sent.
-		closeRequestBody(r.queued)
-		r.queued = nil
-	}
+	// An attempt that will not be sent.
+	r.body.Close()
 	if resp != nil {
 		resp.Request = r.req
 	}
@@ -470,9 +459,7 @@ func (r *retrier) finish(resp *http.Response, attemptErr error, reason Reason, c
 		r.resp = nil
 		return resp, nil
 	}
-	if r.sent != nil {
-		resp = r.endSent(resp)
-	}
+	resp = r.body.HandBack(resp)
 	r.t.stats.giveUps[reason].Add(1)
 	if r.didWait {
 		r.t.stats.waitedGaveUp.Add(1)

@@ -21,6 +21,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/attempt"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -211,7 +212,7 @@ func TestTransportPostAndPatch(t *testing.T) {
 }
 
 // The last response comes back untouched; every discarded
-// one is drained (at most drainLimit bytes) and closed.
+// one is drained (at most attempt.DrainLimit bytes) and closed.
 func TestTransportResponseBodies(t *testing.T) {
 	t.Run("retries exhausted: last body unread, earlier ones closed", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
@@ -249,12 +250,12 @@ func TestTransportResponseBodies(t *testing.T) {
 	})
 	t.Run("large failed body drained only up to the limit", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			next := newNext(reply{status: 503, body: strings.Repeat("x", 4*drainLimit)}, reply{status: 200})
+			next := newNext(reply{status: 503, body: strings.Repeat("x", 4*attempt.DrainLimit)}, reply{status: 200})
 			resp, err := newT(next).RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 			require.NoError(t, err)
 			readBody(t, resp)
 			b := next.respBodies()[0]
-			assert.Equal(t, int64(drainLimit), b.read.Load(), "bytes drained from a large failed body")
+			assert.Equal(t, int64(attempt.DrainLimit), b.read.Load(), "bytes drained from a large failed body")
 			assert.Equal(t, int32(1), b.closed.Load(), "Close calls on the large failed body")
 		})
 	})

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/attempt"
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
@@ -80,7 +81,7 @@ func (r *retrier) waitRefused(err, cause error) error {
 
 // keep holds on to the failed response while the request waits for its
 // key, for the caller to get if the wait ends unanswered: its body is read
-// into memory (at most drainLimit, within drainTime) and its connection
+// into memory (at most attempt.DrainLimit, within drainTime) and its connection
 // released, as a drain would. A larger or slower body is closed, and the
 // caller would get an Error instead.
 func (r *retrier) keep(resp *http.Response) {
@@ -88,7 +89,7 @@ func (r *retrier) keep(resp *http.Response) {
 		return
 	}
 	r.resp = nil
-	body, ok := readBounded(resp.Body, r.drainTime())
+	body, ok := attempt.ReadBounded(resp.Body, r.drainTime())
 	if !ok {
 		return
 	}

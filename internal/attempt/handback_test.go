@@ -1,4 +1,4 @@
-package retryhttp
+package attempt
 
 import (
 	"bytes"
@@ -98,40 +98,63 @@ func (n *earlyNext) RoundTrip(req *http.Request) (*http.Response, error) {
 	return newResponse(req, n.status, io.NopCloser(page)), nil
 }
 
-// A failure that RoundTrip hands back while the next RoundTripper is still
-// writing the request body: the caller's body is never read after
-// RoundTrip returns, whether or not the transport retries; the write ends
-// with a read error once the response handed back has been read to its
-// end (so that an HTTP/1 connection is not closed under a body not yet
-// read), or at once when there is no response; the response body is
-// intact. A success is left alone: the write goes on reading.
+// sendOnce sends req's first attempt through next, as the transport does
+// with retries off, and returns its Body for the hand-back.
+func sendOnce(req *http.Request, next http.RoundTripper) (*Body, *http.Response, error) {
+	b := new(Body)
+	b.First(req, 1, 0)
+	resp, err := Send(next, b.Take(), 0, req.Context())
+	return b, resp, err
+}
+
+// newResponse is a response of next to req.
+func newResponse(req *http.Request, status int, body io.ReadCloser) *http.Response {
+	return &http.Response{StatusCode: status, Status: http.StatusText(status), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{}, Body: body, ContentLength: -1, Request: req}
+}
+
+// newReq is a request to a test host with body, or none.
+func newReq(ctx context.Context, method string, body io.Reader) *http.Request {
+	req, err := http.NewRequestWithContext(ctx, method, "http://example.test/", body)
+	if err != nil {
+		panic(err)
+	}
+	return req
+}
+
+// A failure handed back while the next RoundTripper is still writing the
+// request body: the caller's body is never read after it is handed back;
+// the write ends with a read error once the response handed back has been
+// read to its end (so that an HTTP/1 connection is not closed under a body
+// not yet read), or at once when there is no response; the response body
+// is intact. A success, never handed back, is left alone: the write goes
+// on reading.
 func TestHandBackFailureNotReadAgain(t *testing.T) {
 	cases := []struct {
-		name   string
-		method string
-		status int
-		err    error
-		opts   []Option
-		want   Reason // ReasonNone: a success
+		name     string
+		status   int
+		err      error
+		handBack bool
 	}{
-		{"503 with retries off", http.MethodPut, 503, nil, []Option{WithMaxAttempts(1)}, ReasonAttemptsUsed},
-		{"503 to a keyless POST", http.MethodPost, 503, nil, nil, ReasonNotIdempotent},
-		{"an error with retries off", http.MethodPut, 0, errReset(), []Option{WithMaxAttempts(1)}, ReasonAttemptsUsed},
-		{"a 200 is left alone", http.MethodPut, 200, nil, []Option{WithMaxAttempts(1)}, ReasonNone},
+		{"503", 503, nil, true},
+		{"an error", 0, errors.New("read tcp: connection reset by peer"), true},
+		{"a 200 is left alone", 200, nil, false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				body := &watchedReader{r: bytes.NewReader(bytes.Repeat([]byte("u"), 1<<20))}
 				next := newEarlyNext(c.status, c.err)
-				tr := New(next, append([]Option{WithBudget(nil), WithBreaker(nil)}, c.opts...)...)
-				req := newReq(t.Context(), c.method, body)
+				req := newReq(t.Context(), http.MethodPut, body)
 				req.GetBody = body.getBody
 
-				resp, err := tr.RoundTrip(req)
+				b, resp, err := sendOnce(req, next)
+				if c.handBack {
+					resp = b.HandBack(resp)
+				}
 				body.returned.Store(true)
 				close(next.resume)
-				if c.want == ReasonNone {
+				if !c.handBack {
 					require.NoError(t, err)
 					synctest.Wait()
 					assert.NotZero(t, body.late.Load(), "the write of a success goes on after RoundTrip returns")
@@ -145,8 +168,9 @@ func TestHandBackFailureNotReadAgain(t *testing.T) {
 				_, _ = body.getBody()
 				synctest.Wait()
 				if c.err != nil {
-					assert.Equal(t, c.want, asError(t, err).Reason)
-					assert.ErrorIs(t, <-next.wrote, errBodyReleased, "with no response, the write fails at once")
+					assert.Nil(t, resp)
+					assert.ErrorIs(t, err, c.err)
+					assert.ErrorIs(t, <-next.wrote, ErrBodyReleased, "with no response, the write fails at once")
 				} else {
 					require.NoError(t, err)
 					assert.Equal(t, c.status, resp.StatusCode)
@@ -155,8 +179,11 @@ func TestHandBackFailureNotReadAgain(t *testing.T) {
 						t.Fatalf("the write ended (%v) before the response handed back was read", werr)
 					default:
 					}
-					assert.Equal(t, "error page", readBody(t, resp), "the response handed back is intact")
-					assert.ErrorIs(t, <-next.wrote, errBodyReleased, "once it is read, the write fails")
+					got, err := io.ReadAll(resp.Body)
+					require.NoError(t, err)
+					resp.Body.Close()
+					assert.Equal(t, "error page", string(got), "the response handed back is intact")
+					assert.ErrorIs(t, <-next.wrote, ErrBodyReleased, "once it is read, the write fails")
 				}
 				assert.Zero(t, body.late.Load(), "the caller's body is not read after RoundTrip returns a failure")
 			})
@@ -173,13 +200,13 @@ func TestHandBackParkedWriteEnds(t *testing.T) {
 				body := &watchedReader{r: bytes.NewReader(bytes.Repeat([]byte("u"), 1<<20))}
 				next := newEarlyNext(503, nil)
 				next.closeWaits = end == "close, HTTP/2"
-				tr := New(next, WithBudget(nil), WithBreaker(nil), WithMaxAttempts(1))
 				ctx, cancel := context.WithCancel(t.Context())
 				defer cancel()
 				req := newReq(ctx, http.MethodPut, body)
 				req.GetBody = body.getBody
-				resp, err := tr.RoundTrip(req)
+				b, resp, err := sendOnce(req, next)
 				require.NoError(t, err)
+				resp = b.HandBack(resp)
 				body.returned.Store(true)
 				close(next.resume)
 				synctest.Wait()
@@ -203,9 +230,9 @@ func TestHandBackParkedWriteEnds(t *testing.T) {
 				}
 				werr := <-next.wrote
 				if end == "limit" {
-					assert.Equal(t, parkLimit, time.Since(parked), "the write waits parkLimit, no more")
+					assert.Equal(t, ParkLimit, time.Since(parked), "the write waits ParkLimit, no more")
 				}
-				assert.True(t, errors.Is(werr, errBodyReleased), "the write fails: %v", werr)
+				assert.True(t, errors.Is(werr, ErrBodyReleased), "the write fails: %v", werr)
 				assert.Zero(t, body.late.Load(), "the caller's body is not read after RoundTrip returns")
 				resp.Body.Close()
 			})
@@ -217,7 +244,7 @@ func TestHandBackParkedWriteEnds(t *testing.T) {
 // then reads the whole upload before it ends its response (full duplex,
 // as http.ResponseController.EnableFullDuplex allows): the caller reading
 // the 503 handed back is not deadlocked with the parked write. The park
-// ends within parkLimit, the write fails, the server sees the upload cut,
+// ends within ParkLimit, the write fails, the server sees the upload cut,
 // and the caller's read ends; the caller's body is never read after
 // RoundTrip returns.
 func TestHandBackFullDuplexHTTP1(t *testing.T) {
@@ -233,15 +260,16 @@ func TestHandBackFullDuplexHTTP1(t *testing.T) {
 	defer srv.Close()
 	const size = 64 << 20 // more than the loopback socket buffers hold
 	body := &watchedReader{r: bytes.NewReader(make([]byte, size))}
-	tr := New(nil, WithMaxAttempts(1))
-	defer tr.CloseIdleConnections()
+	next := &http.Transport{}
+	defer next.CloseIdleConnections()
 	req, err := http.NewRequest(http.MethodPut, srv.URL, body)
 	require.NoError(t, err)
 	req.GetBody = body.getBody
 	req.ContentLength = size
 
-	resp, err := tr.RoundTrip(req)
+	b, resp, err := sendOnce(req, next)
 	require.NoError(t, err)
+	resp = b.HandBack(resp)
 	defer resp.Body.Close() // before srv.Close, which waits for the handler
 	body.returned.Store(true)
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)

@@ -1,4 +1,4 @@
-package retryhttp
+package attempt
 
 import (
 	"errors"
@@ -68,27 +68,4 @@ func h2Unprocessed(err error) bool {
 		s := e.Error()
 		return s == h2GoAwayGraceful || strings.HasPrefix(s, h2GoAwayFirst)
 	})
-}
-
-// inChain reports whether f holds for err or an error it wraps.
-func inChain(err error, f func(error) bool) bool {
-	for err != nil {
-		if f(err) {
-			return true
-		}
-		switch u := err.(type) {
-		case interface{ Unwrap() error }:
-			err = u.Unwrap()
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				if inChain(e, f) {
-					return true
-				}
-			}
-			return false
-		default:
-			return false
-		}
-	}
-	return false
 }

@@ -1,4 +1,4 @@
-package retryhttp
+package attempt
 
 import (
 	"io"
@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// endSent ends the latest attempt's tracked body when RoundTrip hands back
-// a failure (a retryable status it did not retry, or an error), and
-// returns the response to hand back.
+// HandBack ends the latest attempt's tracked body, if any, when the
+// transport hands back a failure (a retryable status it did not retry, or
+// an error), and returns the response to hand back.
 //
 // net/http lets a RoundTripper go on reading a request body after
 // RoundTrip has returned: a server that answers before it has read an
@@ -19,51 +19,33 @@ import (
 // races with the rewind and sends the next try's bytes short. So once a
 // failure is handed back, nothing reads the caller's body again: a read in
 // progress is waited for (unless the request's context has ended), and
-// every later read fails, which ends the write. A success is left alone,
-// so that a body the server is still reading (full-duplex streaming over
-// HTTP/2) goes on.
+// every later read fails, which ends the write. A success is never handed
+// back this way, so that a body the server is still reading (full-duplex
+// streaming over HTTP/2) goes on.
 //
 // A response handed back with its write still going keeps its body
 // readable: failing the write at once would close an HTTP/1 connection
 // under a response body not yet read. The write's later reads wait
 // instead, without touching the caller's body, until the caller has read
 // the response body to its end or closed it, or the request's context
-// ends, or parkLimit has passed; then they fail.
-func (r *retrier) endSent(resp *http.Response) *http.Response {
-	ctx := r.req.Context()
-	if resp == nil || !r.sent.open() {
+// ends, or ParkLimit has passed; then they fail.
+func (b *Body) HandBack(resp *http.Response) *http.Response {
+	if b.sent == nil {
+		return resp // no tracked body
+	}
+	ctx := b.req.Context()
+	if resp == nil || !b.sent.open() {
 		// Nothing to read, or the next RoundTripper is done with the body.
-		_ = r.sent.release(ctx, nil)
+		_ = b.sent.release(ctx, nil)
 		return resp
 	}
-	p := &parking{done: make(chan struct{}), ctxDone: ctx.Done(), limit: time.NewTimer(parkLimit)}
-	_ = r.sent.release(ctx, p)
+	p := &parking{done: make(chan struct{}), ctxDone: ctx.Done(), limit: time.NewTimer(ParkLimit)}
+	_ = b.sent.release(ctx, p)
 	resp.Body = &handedBack{ReadCloser: resp.Body, p: p}
 	return resp
 }
 
-// open reports whether the next RoundTripper may still read the body or
-// one handed out through its GetBody: one of them is not closed.
-func (b *sentBody) open() bool {
-	for ; b != nil; b = b.nextBody() {
-		b.mu.Lock()
-		closed := b.closed
-		b.mu.Unlock()
-		if !closed {
-			return true
-		}
-	}
-	return false
-}
-
-// nextBody returns the next body handed out through GetBody, if any.
-func (b *sentBody) nextBody() *sentBody {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.more
-}
-
-// parkLimit bounds how long the write's reads wait for the caller to be
+// ParkLimit bounds how long the write's reads wait for the caller to be
 // done with the response handed back. A server that answers early and
 // then reads the whole upload before it ends its response (full duplex
 // over HTTP/1.1) cannot end the response until the write ends, while the
@@ -71,7 +53,7 @@ func (b *sentBody) nextBody() *sentBody {
 // and the server sees the upload cut. A second is long enough for a
 // caller to read an error body, which has mostly arrived with its
 // headers.
-const parkLimit = time.Second
+const ParkLimit = time.Second
 
 // parking holds the reads of a released body until the response handed
 // back with it is done with, the request's context ends, or its limit
