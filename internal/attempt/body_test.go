@@ -12,20 +12,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// sharedReader is a request body whose GetBody rewinds the one reader and
-// returns it again, as some SDKs' GetBody does for a *bytes.Reader.
-type sharedReader struct {
-	r *bytes.Reader
-}
-
-func (s *sharedReader) Read(p []byte) (int, error) { return s.r.Read(p) }
-func (s *sharedReader) Close() error               { return nil }
-
-func (s *sharedReader) getBody() (io.ReadCloser, error) {
-	if _, err := s.r.Seek(0, io.SeekStart); err != nil {
-		return nil, err
-	}
-	return s, nil
+// trackedBody returns a Body set up for a PUT of payload whose GetBody
+// rewinds one shared reader and returns it again, as some SDKs' GetBody
+// does for a *bytes.Reader.
+func trackedBody(t *testing.T, payload string) *Body {
+	shared := &watchedReader{r: bytes.NewReader([]byte(payload))}
+	req := newReq(t.Context(), http.MethodPut, shared)
+	req.GetBody = shared.getBody
+	b := new(Body)
+	b.First(req, 4, 0)
+	require.True(t, b.tracked, "a shared reader's bodies are tracked")
+	return b
 }
 
 // readAll reads and closes a request's body.
@@ -46,7 +43,7 @@ func TestBodySnapshotGetBody(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, snapshotGetBody(req.GetBody), "%T", body)
 	}
-	shared := &sharedReader{r: bytes.NewReader([]byte("b"))}
+	shared := &watchedReader{r: bytes.NewReader([]byte("b"))}
 	assert.False(t, snapshotGetBody(shared.getBody), "a method value")
 	assert.False(t, snapshotGetBody(func() (io.ReadCloser, error) { return shared, nil }), "a closure")
 }
@@ -115,11 +112,7 @@ func TestBodyNextGetBodyFails(t *testing.T) {
 
 // Close closes the body of a request queued and never sent.
 func TestBodyCloseQueued(t *testing.T) {
-	shared := &sharedReader{r: bytes.NewReader([]byte("payload"))}
-	req := newReq(t.Context(), http.MethodPut, shared)
-	req.GetBody = shared.getBody
-	var b Body
-	b.First(req, 4, 0)
+	b := trackedBody(t, "payload")
 	b.Close()
 	_, err := b.sent.Read(make([]byte, 1))
 	assert.ErrorIs(t, err, ErrBodyReleased, "a closed body reads no more")
@@ -132,11 +125,7 @@ func TestBodyCloseQueued(t *testing.T) {
 // request is queued it gets an error instead, and so does a read of the
 // attempt's body.
 func TestBodyInnerGetBody(t *testing.T) {
-	shared := &sharedReader{r: bytes.NewReader([]byte("payload"))}
-	req := newReq(t.Context(), http.MethodPut, shared)
-	req.GetBody = shared.getBody
-	var b Body
-	b.First(req, 4, 0)
+	b := trackedBody(t, "payload")
 	first := b.Take()
 	inner, err := first.GetBody()
 	require.NoError(t, err)

@@ -1,10 +1,10 @@
 package attempt
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -12,45 +12,28 @@ import (
 	"github.com/stretchr/testify/assert"
 )
 
-// stallBody is an error body that sends a few bytes, then stalls until it is
-// closed.
-type stallBody struct {
-	sent   bool
-	closed chan struct{}
-	once   sync.Once
-}
-
-func newStallBody() *stallBody { return &stallBody{closed: make(chan struct{})} }
-
-func (b *stallBody) Read(p []byte) (int, error) {
-	if !b.sent {
-		b.sent = true
-		return copy(p, "error"), nil
+// stallBody returns an error body that sends a few bytes, then stalls
+// until it is closed; closed reports whether it has been.
+func stallBody() (body io.ReadCloser, closed func() bool) {
+	pr, pw := io.Pipe()
+	go func() { _, _ = pw.Write([]byte("error")) }()
+	return pr, func() bool {
+		_, err := pw.Write([]byte("x"))
+		return errors.Is(err, io.ErrClosedPipe)
 	}
-	<-b.closed
-	return 0, io.ErrClosedPipe
-}
-
-func (b *stallBody) Close() error {
-	b.once.Do(func() { close(b.closed) })
-	return nil
 }
 
 // A body that stalls is closed when the drain's time runs out; a small
 // body is read whole and closed; a large one is read up to DrainLimit.
 func TestDrainBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		stall := newStallBody()
+		stall, closed := stallBody()
 		start := time.Now()
 		Drain(stall, DrainTimeout)
 		assert.Equal(t, DrainTimeout, time.Since(start), "a stalled drain ends at its bound")
-		select {
-		case <-stall.closed:
-		default:
-			t.Error("the stalled body was not closed")
-		}
+		assert.True(t, closed(), "the stalled body is closed")
 
-		stall = newStallBody()
+		stall, _ = stallBody()
 		b, ok := ReadBounded(stall, 60*time.Millisecond)
 		assert.False(t, ok, "a stalled read is not whole")
 		assert.Equal(t, "error", string(b))
