@@ -189,10 +189,17 @@ func (b *Body) Take() *http.Request {
 // Close closes the body of the queued request, if any: an attempt that
 // will not be sent.
 func (b *Body) Close() {
-	if b.queued != nil {
-		CloseRequestBody(b.queued)
-		b.queued = nil
+	if b.queued != nil { // nothing queued on the success path: inlined
+		b.closeQueued()
 	}
+}
+
+// closeQueued is Close's slow path, kept out of line so that Close inlines.
+//
+//go:noinline
+func (b *Body) closeQueued() {
+	CloseRequestBody(b.queued)
+	b.queued = nil
 }
 
 // Replayable reports whether the body may be sent again: there is none,
