@@ -17,6 +17,9 @@ import (
 // the request looks its key's lane up (perhaps after waiting its
 // first-attempt jitter while the first hold came).
 func (r *retrier) admit() error {
+	if r.admitted {
+		return nil
+	}
 	if r.lane == nil {
 		if !r.t.lanes.Flagged() {
 			return nil
@@ -36,7 +39,7 @@ func (r *retrier) admit() error {
 
 // limits returns what the request's admission is bound by.
 func (r *retrier) limits() perkey.Limits {
-	return perkey.Limits{MaxInFlight: r.s.maxInFlight, RefuseInFlight: r.s.refuseInFlight, Queue: r.s.maxWait > r.waited}
+	return perkey.Limits{MaxInFlight: r.s.maxInFlight, RefuseInFlight: r.s.refuseInFlight, Queue: r.s.maxWait > r.waits.total}
 }
 
 // admitSlow finishes an admission that made changes or was refused: it

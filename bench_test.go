@@ -58,7 +58,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	}
 	ownGetBody := func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(payload)), nil }
 	// GET-deadline: a GET whose context has a deadline, the common case
-	// of a caller with a timeout; its attempts are timed (slowcall.go).
+	// of a caller with a timeout; its attempts are timed (see clock in learn.go).
 	deadline, cancel := context.WithTimeout(context.Background(), time.Hour)
 	defer cancel()
 	for _, method := range []string{http.MethodGet, "GET-deadline", http.MethodPut, "PUT-ownGetBody"} {

@@ -230,7 +230,7 @@ func (s State) String() string {
 // host's circuit, even before the transport has seen the host answer. A
 // second is also Hystrix's default command timeout, which it counts as a
 // failure of the dependency. A host whose answers take longer is guarded
-// by its own answer time (see perkey's latency.go); and a hung host is
+// by its own answer time (see perkey.Lane.Clocked); and a hung host is
 // still caught within the breaker's 2 s span, by callers whose deadlines
 // are longer than a second.
 const defaultSlowAfter = time.Second

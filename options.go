@@ -428,7 +428,6 @@ const defaultMaxAttempts = 4
 type settings struct {
 	policy           Policy
 	stateful         bool // policy may use its prev argument: it needs per-host memory
-	slowCalls        bool // the breaker counts slow attempts: time them (slowcall.go)
 	maxAttempts      int
 	firstJitter      time.Duration
 	maxRetryAfter    time.Duration

@@ -130,26 +130,22 @@ type stats struct {
 	first           stripedCounter // first attempts sent
 	notSent         atomic.Uint64  // requests that ended before their first attempt
 	retries         atomic.Uint64
-	raSeen          atomic.Uint64
-	raClamped       atomic.Uint64
 	budgetDenied    atomic.Uint64
 	circuitRejected atomic.Uint64
 	localResponses  atomic.Uint64
 	held            atomic.Uint64
 	slowAttempts    atomic.Uint64
-	respBuffered    atomic.Uint64
-	respCut         atomic.Uint64
-	respTooLarge    atomic.Uint64
-	quotas          atomic.Uint64
-	quotaHeld       atomic.Uint64
 	paced           atomic.Uint64
-	waits           atomic.Uint64
-	waitsReleased   atomic.Uint64
-	waitNanos       atomic.Uint64
-	waitedDelivered atomic.Uint64
-	waitedGaveUp    atomic.Uint64
-	giveUps         [len(reasonNames)]atomic.Uint64
-	delays          [delayRetries]delayCounts
+	retryAfter      struct{ seen, clamped atomic.Uint64 }
+	quota           struct{ count, held atomic.Uint64 }
+	resp            struct{ buffered, cut, tooLarge atomic.Uint64 }
+	// wait counts the waits for a key, those released, their total time,
+	// and the requests that waited and were delivered, or gave up.
+	wait struct {
+		count, released, nanos, delivered, gaveUp atomic.Uint64
+	}
+	giveUps [len(reasonNames)]atomic.Uint64
+	delays  [delayRetries]delayCounts
 }
 
 type delayCounts struct {
@@ -169,12 +165,12 @@ func (s *stats) recordDelay(retry int, d time.Duration) {
 func (s *stats) countBuffering(b attempt.Buffering, ctx context.Context) {
 	switch b {
 	case attempt.Buffered:
-		s.respBuffered.Add(1)
+		s.resp.buffered.Add(1)
 	case attempt.TooLarge:
-		s.respTooLarge.Add(1)
+		s.resp.tooLarge.Add(1)
 	case attempt.Cut:
 		if ctx.Err() == nil {
-			s.respCut.Add(1)
+			s.resp.cut.Add(1)
 		}
 	}
 }
@@ -187,24 +183,24 @@ func (t *Transport) Stats() Stats {
 	out := Stats{
 		Requests:          first + s.notSent.Load(),
 		Retries:           s.retries.Load(),
-		RetryAfterSeen:    s.raSeen.Load(),
-		RetryAfterClamped: s.raClamped.Load(),
+		RetryAfterSeen:    s.retryAfter.seen.Load(),
+		RetryAfterClamped: s.retryAfter.clamped.Load(),
 		BudgetDenied:      s.budgetDenied.Load(),
 		CircuitRejected:   s.circuitRejected.Load(),
 		LocalResponses:    s.localResponses.Load(),
 		Held:              s.held.Load(),
 		SlowAttempts:      s.slowAttempts.Load(),
-		ResponsesBuffered: s.respBuffered.Load(),
-		ResponsesCut:      s.respCut.Load(),
-		ResponsesTooLarge: s.respTooLarge.Load(),
-		Quotas:            s.quotas.Load(),
-		QuotaHeld:         s.quotaHeld.Load(),
+		ResponsesBuffered: s.resp.buffered.Load(),
+		ResponsesCut:      s.resp.cut.Load(),
+		ResponsesTooLarge: s.resp.tooLarge.Load(),
+		Quotas:            s.quota.count.Load(),
+		QuotaHeld:         s.quota.held.Load(),
 		Paced:             s.paced.Load(),
-		Waits:             s.waits.Load(),
-		WaitsReleased:     s.waitsReleased.Load(),
-		WaitTime:          time.Duration(s.waitNanos.Load()),
-		WaitedDelivered:   s.waitedDelivered.Load(),
-		WaitedGaveUp:      s.waitedGaveUp.Load(),
+		Waits:             s.wait.count.Load(),
+		WaitsReleased:     s.wait.released.Load(),
+		WaitTime:          time.Duration(s.wait.nanos.Load()),
+		WaitedDelivered:   s.wait.delivered.Load(),
+		WaitedGaveUp:      s.wait.gaveUp.Load(),
 		GiveUps:           map[Reason]uint64{},
 	}
 	out.Attempts = first + out.Retries

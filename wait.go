@@ -5,19 +5,31 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"time"
 
 	"github.com/retryhttp/retryhttp/internal/attempt"
+	"github.com/retryhttp/retryhttp/internal/header"
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
+
+// waiting is what a request's waits for its key have come to: kept, the
+// latest response, its body read into memory, while the request waits
+// (what the caller gets if the wait ends unanswered); total, how long it
+// has waited in all; any, whether it has waited at all.
+type waiting struct {
+	kept  *http.Response
+	total time.Duration
+	any   bool
+}
 
 // maxWaitLeft returns how much longer the request may wait for its key.
 func (r *retrier) maxWaitLeft() time.Duration {
 	if r.req.Context().Err() != nil {
 		return 0
 	}
-	return r.s.maxWait - r.waited
+	return r.s.maxWait - r.waits.total
 }
 
 // waitUntil returns when a wait beginning at now must end: when the
@@ -36,15 +48,15 @@ func (r *retrier) waitUntil(now time.Time) time.Time {
 // it to the request's total. On success the attempt is admitted.
 func (r *retrier) waitFor(cause Reason, f func(ctx context.Context, lim perkey.Limits, until time.Time) (perkey.Ticket, perkey.Transitions, error)) (perkey.Transitions, error) {
 	start := time.Now()
-	r.t.stats.waits.Add(1)
-	r.didWait = true
+	r.t.stats.wait.count.Add(1)
+	r.waits.any = true
 	tk, trs, err := f(r.req.Context(), r.limits(), r.waitUntil(start))
 	d := time.Since(start)
-	r.waited += d
-	r.t.stats.waitNanos.Add(uint64(d))
+	r.waits.total += d
+	r.t.stats.wait.nanos.Add(uint64(d))
 	r.ticket, r.admitted = tk, err == nil
 	if err == nil {
-		r.t.stats.waitsReleased.Add(1)
+		r.t.stats.wait.released.Add(1)
 	}
 	fire(r.hooks, (*Hooks).waitDone, WaitInfo{Request: r.req, Key: r.keyOf().String(), Cause: cause, Waited: d, Released: err == nil})
 	return trs, err
@@ -70,13 +82,13 @@ func (r *retrier) waitRefused(err, cause error) error {
 	case errors.Is(err, context.Canceled):
 		return err
 	case errors.Is(err, context.DeadlineExceeded):
-		return &waitedError{cause: cause, waited: r.waited, err: err}
+		return &waitedError{cause: cause, waited: r.waits.total, err: err}
 	case r.pastDeadline():
 		// The wait's end was the deadline: its own timer, set for that
 		// instant, fired before the context's.
-		return &waitedError{cause: cause, waited: r.waited, err: context.DeadlineExceeded}
+		return &waitedError{cause: cause, waited: r.waits.total, err: context.DeadlineExceeded}
 	}
-	return &waitedError{cause: cause, waited: r.waited}
+	return &waitedError{cause: cause, waited: r.waits.total}
 }
 
 // keep holds on to the failed response while the request waits for its
@@ -95,7 +107,7 @@ func (r *retrier) keep(resp *http.Response) {
 	}
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	resp.ContentLength = int64(len(body))
-	r.kept = resp
+	r.waits.kept = resp
 }
 
 // pastDeadline reports whether the request's context has a deadline that
@@ -103,4 +115,223 @@ func (r *retrier) keep(resp *http.Response) {
 func (r *retrier) pastDeadline() bool {
 	dl, ok := r.req.Context().Deadline()
 	return ok && !time.Now().Before(dl)
+}
+
+// RetryAt tells a caller that got resp or err back from RoundTrip (or from
+// an http.Client over this transport) the earliest instant worth sending
+// the request again, and why: when the server asked (Retry-After, not
+// clamped: a queue can wait where a request could not), when the key's
+// hold ends, when its circuit may let a probe through, when the send rate
+// of a throttled key lets it through, or when the retry budget holds a
+// token again; the latest of those that apply. It reads the
+// transport's state now, so call it when the request comes back.
+//
+// Many callers refused together would get the same instant, and return as
+// a herd; so each answer is spread: by up to the Retry-After spread after a
+// server's instant or a hold, where the server named the instant, and, after
+// a circuit's or the budget's instant, over the policy's cap (30 s by
+// default), as a retry that had waited its whole sequence would be, into
+// the part of that window where the fewest callers of the key are already
+// due: callers turned back at different times come back evenly, not piled
+// where their windows overlap. A success,
+// an answer that is not a failure, and an error nothing explains give the
+// zero time and ReasonNone: retry at once, or not at all, as the caller's
+// own policy says. An isolated key gives the zero time and ReasonCircuitOpen:
+// no instant is known. A 410 Gone, and a failure of a key that has been
+// failing for longer than WithFailingHorizon, give the zero time and
+// ReasonGone: give the request up (a dispatcher disables the endpoint).
+func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Reason) {
+	var (
+		k     hostKey
+		limit bool // the budget may be why: a failure handed back at once
+		at    time.Time
+		why   Reason
+	)
+	now := time.Now()
+	switch {
+	case resp != nil && resp.StatusCode == http.StatusGone:
+		return time.Time{}, ReasonGone
+	case resp != nil:
+		if resp.Request == nil || resp.Request.URL == nil || !t.s.retryIf(resp, nil) {
+			return time.Time{}, ReasonNone
+		}
+		k = t.requestKey(resp.Request)
+		if resp.Header.Get(LocalHeader) == "" {
+			if w := header.RetryAfter(resp.Header, now, math.MaxInt64); w.OK {
+				at, why = now.Add(w.WithSpread(t.s.retryAfterSpread)), ReasonRetryAfter
+			}
+		}
+		limit = true
+	default:
+		var e *Error
+		if !errors.As(err, &e) || e.key == (hostKey{}) {
+			return time.Time{}, ReasonNone
+		}
+		k = e.key
+		limit = e.Reason == ReasonBudgetExhausted
+	}
+	l := t.lanes.Peek(k)
+	if l != nil {
+		v := l.View(now)
+		if t.horizon > 0 && !v.FailingSince.IsZero() && now.Sub(v.FailingSince) > t.horizon {
+			return time.Time{}, ReasonGone
+		}
+		if v.Isolated {
+			return time.Time{}, ReasonCircuitOpen
+		}
+		if v.Held {
+			if h := v.HoldUntil.Add(uniform(0, t.s.retryAfterSpread)); h.After(at) {
+				at, why = h, ReasonHeld
+			}
+		}
+		if v.State != perkey.Closed {
+			// Open (till its open time, or already past it), or half-open
+			// with its probe in flight: come back after the circuit may
+			// let a probe through, spread as widely as the policy's longest
+			// delay, so that the many callers an open circuit refused do not
+			// come back as one herd when it closes.
+			if c := t.spread(l, later(now, v.OpenUntil)); c.After(at) {
+				at, why = c, ReasonCircuitOpen
+			}
+		}
+		if why == ReasonNone && v.Paced {
+			// A throttled key is sent to at the rate it admits: the budget
+			// and the policy's spread would only leave it idle. Come back
+			// about when the queue ahead is through.
+			return now.Add(v.Ahead), ReasonPaced
+		}
+	}
+	if limit && t.budget != nil {
+		// Spread as widely too: the next token is one retry's, and every
+		// caller handed back by an empty budget would come for it.
+		if b, _ := t.budget.tokenAt(k, now); b.After(now) {
+			if b = t.spread(l, b); b.After(at) {
+				at, why = b, ReasonBudgetExhausted
+			}
+		}
+	}
+	return at, why
+}
+
+// spread returns the instant, at or after base, that RetryAt sends a
+// caller back at: a point of the window from base to base plus the
+// policy's longest delay (30 s by default), the width over which a retry
+// far into its sequence is drawn. With a lane, the point is in the slot
+// of the window where the fewest callers of the key are already due (see
+// perkey.Lane.Spread), so that callers sent back at different times, over
+// windows that overlap, still come back evenly rather than piled where the
+// windows meet; without one, a draw of the policy.
+func (t *Transport) spread(l *perkey.Lane, base time.Time) time.Time {
+	w := maxDelay(t.s.policy)
+	if l == nil || w <= 0 {
+		return base.Add(max(t.s.policy.Delay(64, 0), 0))
+	}
+	return l.Spread(base, w)
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// rewind prepares the retry that decide allowed, in this order: the next
+// attempt's request with a fresh body (queued in r.body); then, for a
+// retry after a delay, the budget's token, last so that a retry not made
+// costs none (without one, or when others already wait for the key, the
+// retry queues for the key if the request may wait, and stops otherwise);
+// then the delay becomes the key's previous delay, and the stats and the
+// hooks hear of the retry. It returns what follows, and why: why not when
+// nothing does, what the queue stands in for when it queues (the budget's
+// refusal, or none when it joined others).
+func (r *retrier) rewind(p step) (next, Reason) {
+	if reason := rewindReason(r.body.Next()); reason != ReasonNone {
+		return stop, reason
+	}
+	if p.then == retryWhen {
+		return p.then, ReasonNone
+	}
+	if r.lane != nil && r.lane.Waiting() && r.maxWaitLeft() > 0 {
+		// Others already wait for the key to recover: this retry joins
+		// them rather than spend a token on a host that is failing them.
+		return queueBehind, ReasonNone
+	}
+	// A throttled retry takes no token while the adaptive rate covers
+	// 429: the server is up and asks for less, and the key's send rate,
+	// cut by every 429, already bounds the load retries add to it. A
+	// retry after a 5xx is a bet that the host is still there; the budget
+	// limits how much of the traffic bets.
+	if b := r.t.budget; b != nil && !p.throttled && !b.withdraw(r.keyOf()) {
+		r.t.stats.budgetDenied.Add(1)
+		if r.maxWaitLeft() > 0 {
+			return queueBehind, ReasonBudgetExhausted
+		}
+		return stop, ReasonBudgetExhausted
+	}
+	if r.lane != nil {
+		r.lane.SetPrev(p.delay)
+	}
+	r.t.stats.recordDelay(r.attempts, p.delay)
+	fire(r.hooks, (*Hooks).retryScheduled, RetryInfo{Request: r.req, Retry: r.attempts, Delay: p.delay, RetryAfter: p.wait.OK, Clamped: p.wait.Clamped})
+	return p.then, ReasonNone
+}
+
+// wait carries out the wait before the next attempt. For a retry after a
+// delay, it releases the failed response's connection, then sleeps until
+// the retry is due (the drain is part of the delay, not added to it),
+// waking early if the context ends or the key's circuit opens (the next
+// admission then waits for the key, if the request may wait). Otherwise it
+// keeps a copy of a small failed response to hand back if the wait ends
+// unanswered, and, when the budget refused the retry or others already
+// wait, waits in the key's queue: a retry that joined others without
+// asking the budget gives up, if its wait ends unanswered, as one the
+// budget refused. On an error it returns what to hand back with it.
+func (r *retrier) wait(p step, resp *http.Response) (*http.Response, error) {
+	if p.then == retryAfter {
+		if resp != nil {
+			attempt.Drain(resp.Body, r.drainTime())
+			r.resp = nil
+		}
+		if err := r.sleep(time.Until(p.due)); err != nil && !(err == ErrCircuitOpen && r.maxWaitLeft() > 0) {
+			return nil, err
+		}
+		return nil, nil
+	}
+	r.keep(resp)
+	if p.then == queueBehind {
+		if err := r.queue(p.why); err != nil {
+			return r.waits.kept, err
+		}
+	}
+	return nil, nil
+}
+
+// drainTime bounds the drain of a failed response: attempt.DrainTimeout, and never
+// past the caller's deadline.
+func (r *retrier) drainTime() time.Duration {
+	d := attempt.DrainTimeout
+	if dl, ok := r.req.Context().Deadline(); ok {
+		d = min(d, time.Until(dl))
+	}
+	return d
+}
+
+// sleep waits d before an attempt, ending early when the context ends or
+// the key's circuit opens. Afterwards the request takes the key's lane
+// afresh, in case the one it held left memory before it slept.
+func (r *retrier) sleep(d time.Duration) error {
+	ctx := r.req.Context()
+	if r.lane == nil {
+		return perkey.Sleep(ctx, d)
+	}
+	err := r.lane.Sleep(ctx, d)
+	r.lane = r.t.lanes.Lane(r.keyOf())
+	if err == perkey.ErrOpen {
+		// Counted as a refusal: the circuit ended the wait.
+		r.t.stats.circuitRejected.Add(1)
+		err = ErrCircuitOpen
+	}
+	return err
 }

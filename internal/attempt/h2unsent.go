@@ -6,33 +6,6 @@ import (
 	"strings"
 )
 
-// An HTTP/2 server can say that it did not process a request: it resets
-// the stream with REFUSED_STREAM ("closed prior to any processing", RFC
-// 9113 §8.7), or it sends GOAWAY with a last stream ID below the stream's
-// (streams above it "have not been processed", §6.8). Such a request may
-// be sent again whatever its method, and the transport sends it again as
-// one that never reached the server, when it sees the error:
-//
-//   - REFUSED_STREAM: net/http's HTTP/2 client retries it by itself, seven
-//     tries over about a minute of backoff when the body can be rewound,
-//     and hands the stream error up when they run out. That error has an
-//     As method which fills in any struct with the same fields
-//     (h2StreamError here), so it is told without importing
-//     golang.org/x/net.
-//   - A connection's first stream above a GOAWAY that carries an error
-//     code: net/http does not retry it, and says so in the error's text.
-//   - A stream above a graceful GOAWAY: net/http's http.Transport sends it
-//     again on a new connection by itself, with no bound but the request's
-//     context, so the transport never sees it; golang.org/x/net/http2's
-//     Transport, used directly, hands up the same text as net/http's
-//     bundled client after its own seven tries.
-//
-// What it cannot tell: golang.org/x/net/http2's own StreamError (it has
-// no As method, and its text would have to be parsed), a GOAWAY whose last
-// stream ID covers the stream (the server may have processed it), and a
-// body net/http could not rewind for its own retry (its error says so in
-// text; such a body cannot be sent again by the transport either).
-
 // h2StreamError has the fields of net/http's HTTP/2 stream error, which
 // errors.As fills in through that error's As method.
 type h2StreamError struct {
@@ -59,6 +32,33 @@ const (
 
 // h2Unprocessed reports an error that says the HTTP/2 server never
 // processed the request.
+//
+// An HTTP/2 server can say that it did not process a request: it resets
+// the stream with REFUSED_STREAM ("closed prior to any processing", RFC
+// 9113 §8.7), or it sends GOAWAY with a last stream ID below the stream's
+// (streams above it "have not been processed", §6.8). Such a request may
+// be sent again whatever its method, and the transport sends it again as
+// one that never reached the server, when it sees the error:
+//
+//   - REFUSED_STREAM: net/http's HTTP/2 client retries it by itself, seven
+//     tries over about a minute of backoff when the body can be rewound,
+//     and hands the stream error up when they run out. That error has an
+//     As method which fills in any struct with the same fields
+//     (h2StreamError here), so it is told without importing
+//     golang.org/x/net.
+//   - A connection's first stream above a GOAWAY that carries an error
+//     code: net/http does not retry it, and says so in the error's text.
+//   - A stream above a graceful GOAWAY: net/http's http.Transport sends it
+//     again on a new connection by itself, with no bound but the request's
+//     context, so the transport never sees it; golang.org/x/net/http2's
+//     Transport, used directly, hands up the same text as net/http's
+//     bundled client after its own seven tries.
+//
+// What it cannot tell: golang.org/x/net/http2's own StreamError (it has
+// no As method, and its text would have to be parsed), a GOAWAY whose last
+// stream ID covers the stream (the server may have processed it), and a
+// body net/http could not rewind for its own retry (its error says so in
+// text; such a body cannot be sent again by the transport either).
 func h2Unprocessed(err error) bool {
 	var se h2StreamError
 	if errors.As(err, &se) && se.Code == h2RefusedStream {

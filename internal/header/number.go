@@ -6,11 +6,12 @@ import (
 	"time"
 )
 
+// isDigit reports an ASCII digit.
+//
 // The numbers of these headers are decimal digits, some with a fraction.
 // The parsers share the helpers below, which saturate at the largest value
 // rather than fail or wrap: a number too large for an int64 or a
 // time.Duration asks for longer than any clamp, and is clamped.
-
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
 // allDigits reports whether s holds ASCII digits only; "" does.

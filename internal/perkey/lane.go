@@ -22,7 +22,7 @@ type Config struct {
 	OpenJitter   time.Duration // width of the random time added to OpenFor; <= 0: none
 	Probes       int           // probes a half-open circuit lets through at once
 	MaxKeys      int           // lanes held before idle ones leave; 0: defaultMaxKeys
-	SlowAfter    time.Duration // the least wait that counts against the key when the caller gives up (latency.go); <= 0: none
+	SlowAfter    time.Duration // the least wait that counts against the key when the caller gives up (slowcall.go); <= 0: none
 	// SeesEverySuccess: every attempt to a key goes through its lane, so
 	// a lane knows how many have succeeded (see Lane.early). Without it a
 	// lane may be made only after its key first throttled.
@@ -132,7 +132,7 @@ type Lane struct {
 	sent   atomic.Int64
 	ended  atomic.Int64
 	born   time.Time
-	answer atomic.Int64 // the key's answer time, in nanoseconds (latency.go)
+	answer atomic.Int64 // the key's answer time, in nanoseconds (slowcall.go)
 	watch  atomic.Int64 // when the key's watch ends, in Unix nanoseconds; 0: not watched
 	// pace limits the key's send rate after it throttled; nil, with the
 	// paced bit clear, for a key that never did (or recovered since).

@@ -1,0 +1,92 @@
+package retryhttp
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/retryhttp/retryhttp/internal/attempt"
+	"github.com/retryhttp/retryhttp/internal/perkey"
+)
+
+// attempt sends one attempt and normalises what next returned: exactly one
+// of the response and the error is non-nil. With hooks, it reports the
+// attempt's start and end; then the attempt is timed for AttemptDone.
+func (r *retrier) send() (*http.Response, error) {
+	r.waits.kept = nil // superseded by this attempt's outcome
+	r.attempts++
+	if r.attempts == 1 {
+		n := r.t.stats.first.add()
+		r.sampled = n%quotaSample == 1      // a quota's (see readsQuota)
+		r.clock.sampled = n%timeSample == 1 // the slow-call rule's (see clock)
+	} else {
+		r.t.stats.retries.Add(1)
+	}
+	hooked := r.hooks.any()
+	var start time.Time
+	if hooked {
+		// Until it is sent (AttemptStart may panic) the body is the
+		// transport's to close.
+		fire(r.hooks, (*Hooks).attemptStart, AttemptStartInfo{Request: r.req, Attempt: r.attempts})
+		start = time.Now()
+	}
+	areq := r.body.Take() // the next RoundTripper closes its body
+	var resp *http.Response
+	var err error
+	if r.timed() { // for the slow-call rule (see clock)
+		resp, err = r.sendClocked(areq)
+	} else {
+		resp, err = attempt.Send(r.t.next, areq, r.s.attemptTimeout, r.req.Context())
+	}
+	var headers time.Duration
+	if hooked {
+		headers = time.Since(start)
+	}
+	if r.s.responseBuffer > 0 { // off: the one check on the success path
+		var b attempt.Buffering
+		resp, b, err = attempt.ReadResponse(resp, err, r.s.responseBuffer, r.idempotent && r.body.Replayable() && r.s.maxAttempts > 1)
+		r.t.stats.countBuffering(b, r.req.Context())
+	}
+	r.resp = resp
+	if hooked {
+		done := AttemptDoneInfo{Request: r.req, Attempt: r.attempts, Err: err, Duration: headers}
+		switch {
+		case resp != nil:
+			done.Status = resp.StatusCode
+		case err != nil:
+			// A body cut while it was buffered: the error came after the
+			// headers.
+			done.Duration = time.Since(start)
+		}
+		fire(r.hooks, (*Hooks).attemptDone, done)
+	}
+	return resp, err
+}
+
+// timed reports whether the latest attempt of the request is to be timed:
+// it goes through a breaker with the rule on (Transport.slowCalls, set by
+// New, so that the success path need not follow pointers to the breaker's
+// configuration), it is one of the
+// sample or its key is watched, and its context can end or its attempts
+// have a timeout. The context is asked last: its Done is a call through
+// an interface.
+func (r *retrier) timed() bool {
+	return r.t.slowCalls && r.lane != nil && (r.clock.sampled || r.lane.Watched()) &&
+		(r.s.attemptTimeout > 0 || r.req.Context().Done() != nil)
+}
+
+// sendClocked sends the attempt of a timed request, timing it from the
+// call to the response headers or the error.
+func (r *retrier) sendClocked(areq *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := attempt.Send(r.t.next, areq, r.s.attemptTimeout, r.req.Context())
+	r.clock.timed = true
+	r.clock.call = perkey.Call{Start: start, Took: time.Since(start), Answered: err == nil}
+	return resp, err
+}
+
+// timeSample: one request in timeSample has its attempts timed whether
+// or not its key is watched. A key's answer time rises at once to its
+// slowest timed answer, so a sample finds a slow host's latency within a
+// few requests; and 8 keeps the cost of the clock, averaged over the
+// requests, within the noise of the success path.
+const timeSample = 8
