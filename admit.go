@@ -17,7 +17,7 @@ import (
 // the request looks its key's lane up (perhaps after waiting its
 // first-attempt jitter while the first hold came).
 func (r *retrier) admit() error {
-	if r.admitted {
+	if r.adm.ok {
 		return nil
 	}
 	if r.lane == nil {
@@ -27,7 +27,7 @@ func (r *retrier) admit() error {
 		r.lane = r.t.lanes.Lane(r.keyOf())
 	}
 	tk, trs, err := r.lane.Admit(r.req.Context(), r.limits())
-	r.ticket, r.admitted = tk, err == nil
+	r.adm.ticket, r.adm.ok = tk, err == nil
 	if err != nil || trs.Any() {
 		return r.admitSlow(trs, err)
 	}
@@ -67,7 +67,7 @@ func (r *retrier) admitSlow(trs perkey.Transitions, err error) error {
 			held += wait
 			var tk perkey.Ticket
 			tk, trs, err = r.lane.Admit(r.req.Context(), r.limits())
-			r.ticket, r.admitted = tk, err == nil
+			r.adm.ticket, r.adm.ok = tk, err == nil
 		default:
 			if (err != perkey.ErrOpen && err != perkey.ErrIsolated && err != perkey.ErrTurn) || r.maxWaitLeft() <= 0 {
 				return r.refused(err)

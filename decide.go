@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/retryhttp/retryhttp/internal/attempt"
-	"github.com/retryhttp/retryhttp/internal/header"
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
@@ -40,28 +39,25 @@ const (
 )
 
 // step is what plan made of a failed attempt, for rewind and wait to
-// carry out.
+// carry out. It keeps to four fields, which the compiler keeps in
+// registers.
 type step struct {
 	then  next
 	why   Reason        // why the request stops; for queueBehind, the refusal the queue stands in for
 	delay time.Duration // the wait before a retry
 	due   time.Time     // when the retry is due: delay after the decision
-	wait  header.Wait   // what the response's Retry-After asked for
-	// throttled: the attempt was throttled (perkey.Outcome.Throttled):
-	// the key's send rate, not a backoff or the budget, spaces its retry.
-	throttled bool
 }
 
 // plan gathers what decide needs about the failed latest attempt, with
 // the delay its retry would wait, and returns what decide said.
-func (r *retrier) plan(v verdict, wait header.Wait) step {
+func (r *retrier) plan(v verdict) step {
 	var delay time.Duration
 	if v.retry {
-		delay = r.delay(v, wait)
+		delay = r.delay()
 	}
 	f := r.facts(v, delay)
 	then, why := decide(f)
-	return step{then: then, why: why, delay: delay, due: f.now.Add(delay), wait: wait, throttled: v.throttled}
+	return step{then: then, why: why, delay: delay, due: f.now.Add(delay)}
 }
 
 // decide answers whether a failed attempt is retried, and how: after the
@@ -191,9 +187,6 @@ type verdict struct {
 	// a success: ReasonNotRetryable or ReasonContextDone.
 	why  Reason
 	host perkey.Kind // what the key's circuit is told
-	// throttled: a retryable response the key's send rate follows
-	// (perkey.Outcome.Throttled), set when the key is told of it.
-	throttled bool
 }
 
 // success reports an outcome that ends the request without a failure: a
@@ -319,8 +312,9 @@ func hasCTL(s string) bool {
 // when it asked; otherwise the policy's draw. A Policy must not return a
 // negative delay; one that does waits nothing, rather than a negative time
 // in Stats.
-func (r *retrier) delay(v verdict, wait header.Wait) time.Duration {
-	if v.throttled {
+func (r *retrier) delay() time.Duration {
+	wait := r.fail.wait
+	if r.fail.throttled {
 		// The key's send rate, just cut, spaces the retries of a
 		// throttled key out (after the hold its Retry-After put on the
 		// key); a backoff or a spread on top of it would only idle.

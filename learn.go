@@ -106,15 +106,18 @@ type clock struct {
 // caller has gone). Any attempt that its caller gave up on starts, or
 // prolongs, its key's watch.
 func (r *retrier) judgeTime(v *verdict) {
-	switch {
-	case r.clock.timed:
+	if r.clock.timed || v.why == ReasonContextDone {
 		r.judgeTimed(v) // the untimed success path stops at two checks, inlined
-	case v.why == ReasonContextDone && r.t.slowCalls && r.lane != nil:
-		r.lane.Watch(time.Now())
 	}
 }
 
 func (r *retrier) judgeTimed(v *verdict) {
+	if !r.clock.timed {
+		if r.t.slowCalls && r.lane != nil {
+			r.lane.Watch(time.Now())
+		}
+		return
+	}
 	r.clock.timed = false
 	gaveUp := v.why == ReasonContextDone
 	if r.lane.Clocked(r.clock.call, v.host, gaveUp, gaveUp && r.blames()) {
@@ -136,9 +139,11 @@ func (r *retrier) blames() bool {
 
 // learn judges the latest attempt's outcome (classify) and tells the key
 // what it says: the attempt's time, the quota its response advertises,
-// and its success or failure. It returns the verdict and, for a retryable
-// response, the wait the response asks for.
-func (r *retrier) learn(resp *http.Response, err error) (verdict, header.Wait) {
+// and its success or failure; a failure's response is kept in r.fail.
+//
+// verdict keeps to four fields, and learn returns nothing more, so that
+// the compiler keeps the verdict of the success path in registers.
+func (r *retrier) learn(resp *http.Response, err error) verdict {
 	v := classify(r.req, resp, err, r.s.retryIf)
 	r.judgeTime(&v)
 	if resp != nil && r.readsQuota(resp) {
@@ -146,9 +151,19 @@ func (r *retrier) learn(resp *http.Response, err error) (verdict, header.Wait) {
 	}
 	if v.success() {
 		r.record(v)
-		return v, header.Wait{}
+		return v
 	}
-	return v, r.recordFailure(&v, resp)
+	r.fail = r.recordFailure(v, resp)
+	return v
+}
+
+// failure is what a failed attempt's response asked of its key: the wait
+// its Retry-After asked for, and whether it was throttled
+// (perkey.Outcome.Throttled), so that the key's send rate, not a backoff
+// or the budget, spaces its retry.
+type failure struct {
+	wait      header.Wait
+	throttled bool
 }
 
 // record tells the key what the latest attempt's outcome says about it,
@@ -156,9 +171,9 @@ func (r *retrier) learn(resp *http.Response, err error) (verdict, header.Wait) {
 // a retryable response, all there is to tell (recordFailure tells the
 // rest).
 func (r *retrier) record(v verdict) {
-	if r.admitted {
-		r.admitted = false
-		r.report(r.lane.Done(r.ticket, perkey.Outcome{Kind: v.host}))
+	if r.adm.ok {
+		r.adm.ok = false
+		r.report(r.lane.Done(r.adm.ticket, perkey.Outcome{Kind: v.host}))
 	}
 }
 
@@ -167,10 +182,10 @@ func (r *retrier) record(v verdict) {
 // or not a retry follows (a rising rate is the early sign that a tenant is
 // rate-limiting the caller); the key hears of the rest through the
 // outcome: its circuit, its hold and its send rate (see perkey.Outcome).
-func (r *retrier) recordFailure(v *verdict, resp *http.Response) header.Wait {
+func (r *retrier) recordFailure(v verdict, resp *http.Response) failure {
 	if !v.retry || resp == nil {
-		r.record(*v)
-		return header.Wait{}
+		r.record(v)
+		return failure{}
 	}
 	w := header.RetryAfter(resp.Header, time.Now(), r.s.maxRetryAfter)
 	if w.Seen {
@@ -181,16 +196,15 @@ func (r *retrier) recordFailure(v *verdict, resp *http.Response) header.Wait {
 	}
 	o := perkey.Outcome{Kind: v.host, Throttles: throttles(r.s.throttleOn, resp.StatusCode), TooMany: resp.StatusCode == http.StatusTooManyRequests,
 		RetryAfter: w.OK, Wait: w.Duration, Asked: w.Asked}
-	v.throttled = o.Throttled()
-	if r.admitted {
-		r.admitted = false
-		r.report(r.lane.Done(r.ticket, o))
+	if r.adm.ok {
+		r.adm.ok = false
+		r.report(r.lane.Done(r.adm.ticket, o))
 	} else if l, trs := r.t.lanes.Heard(r.keyOf(), o); l != nil {
 		// Sent before its key had a lane: its hold and send rate hear of it.
 		r.lane = l
 		r.report(trs)
 	}
-	return w
+	return failure{wait: w, throttled: o.Throttled()}
 }
 
 func throttles(statuses []int, status int) bool {

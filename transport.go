@@ -123,7 +123,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		resp, err = r.send()
 
 		// Learn: what the outcome is, and what the key learns from it.
-		v, wait := r.learn(resp, err)
+		v := r.learn(resp, err)
 		if v.success() {
 			return r.finish(resp, nil, ReasonNone, nil)
 		}
@@ -131,7 +131,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// Decide whether a retry follows, and when. Decide before
 		// draining: a request that stops hands back the last response
 		// untouched.
-		p := r.plan(v, wait)
+		p := r.plan(v)
 		if p.then == stop {
 			return r.finish(resp, err, p.why, nil)
 		}
@@ -178,13 +178,16 @@ func (r *retrier) begin() {
 }
 
 // firstJitter spreads a bulk sender's first attempts over
-// WithFirstAttemptJitter; cancellable like any sleep.
+// WithFirstAttemptJitter; cancellable like any sleep. Without it, the one
+// check inlines.
 func (r *retrier) firstJitter() error {
 	if r.s.firstJitter <= 0 {
 		return nil
 	}
-	return r.sleep(perkey.Uniform(0, r.s.firstJitter))
+	return r.jitter()
 }
+
+func (r *retrier) jitter() error { return r.sleep(perkey.Uniform(0, r.s.firstJitter)) }
 
 // retrier holds the state of one call to RoundTrip. It lives on the stack.
 type retrier struct {
@@ -198,15 +201,21 @@ type retrier struct {
 		k  hostKey
 		ok bool
 	}
-	lane   *perkey.Lane  // the key's lane; nil when nothing needs it
-	ticket perkey.Ticket // the latest attempt's admission
+	lane *perkey.Lane // the key's lane; nil when nothing needs it
 	// What the request holds and must release however it ends (see
-	// unwind): resp, the latest response, until it is drained or handed
-	// back; body, the next attempt's request, until it is sent or its
-	// body closed; admitted, the ticket, until its outcome is recorded.
-	resp     *http.Response
-	body     attempt.Body // the request's body across its attempts
-	admitted bool
+	// unwind): adm, the latest attempt's admission, until its outcome is
+	// recorded (ok); resp, the latest response, until it is drained or
+	// handed back; body, the next attempt's request, until it is sent or
+	// its body closed.
+	adm struct {
+		ticket perkey.Ticket
+		ok     bool
+	}
+	resp *http.Response
+	body attempt.Body // the request's body across its attempts
+	// fail is what the latest failed attempt's response asked of the key
+	// (see recordFailure).
+	fail failure
 	// waits is what the request's waits for its key have come to.
 	waits waiting
 	// idempotent: the request may be sent more than once.
@@ -225,9 +234,9 @@ type retrier struct {
 // flight), the latest response, the next attempt's body. The panic goes on
 // to the caller.
 func (r *retrier) unwind() {
-	if r.admitted {
-		r.admitted = false
-		r.lane.Done(r.ticket, perkey.Outcome{})
+	if r.adm.ok {
+		r.adm.ok = false
+		r.lane.Done(r.adm.ticket, perkey.Outcome{})
 	}
 	if r.resp != nil {
 		r.resp.Body.Close()

@@ -54,7 +54,7 @@ func (r *retrier) waitFor(cause Reason, f func(ctx context.Context, lim perkey.L
 	d := time.Since(start)
 	r.waits.total += d
 	r.t.stats.wait.nanos.Add(uint64(d))
-	r.ticket, r.admitted = tk, err == nil
+	r.adm.ticket, r.adm.ok = tk, err == nil
 	if err == nil {
 		r.t.stats.wait.released.Add(1)
 	}
@@ -263,7 +263,7 @@ func (r *retrier) rewind(p step) (next, Reason) {
 	// cut by every 429, already bounds the load retries add to it. A
 	// retry after a 5xx is a bet that the host is still there; the budget
 	// limits how much of the traffic bets.
-	if b := r.t.budget; b != nil && !p.throttled && !b.withdraw(r.keyOf()) {
+	if b := r.t.budget; b != nil && !r.fail.throttled && !b.withdraw(r.keyOf()) {
 		r.t.stats.budgetDenied.Add(1)
 		if r.maxWaitLeft() > 0 {
 			return queueBehind, ReasonBudgetExhausted
@@ -274,7 +274,7 @@ func (r *retrier) rewind(p step) (next, Reason) {
 		r.lane.SetPrev(p.delay)
 	}
 	r.t.stats.recordDelay(r.attempts, p.delay)
-	fire(r.hooks, (*Hooks).retryScheduled, RetryInfo{Request: r.req, Retry: r.attempts, Delay: p.delay, RetryAfter: p.wait.OK, Clamped: p.wait.Clamped})
+	fire(r.hooks, (*Hooks).retryScheduled, RetryInfo{Request: r.req, Retry: r.attempts, Delay: p.delay, RetryAfter: r.fail.wait.OK, Clamped: r.fail.wait.Clamped})
 	return p.then, ReasonNone
 }
 
