@@ -39,7 +39,9 @@ func (r *retrier) admit() error {
 
 // limits returns what the request's admission is bound by.
 func (r *retrier) limits() perkey.Limits {
-	return perkey.Limits{MaxInFlight: r.s.maxInFlight, RefuseInFlight: r.s.refuseInFlight, Queue: r.s.maxWait > r.waits.total}
+	lim := r.s.inFlight
+	lim.Queue = r.s.maxWait > r.waits.total
+	return lim
 }
 
 // admitSlow finishes an admission that made changes or was refused: it

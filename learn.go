@@ -113,7 +113,7 @@ func (r *retrier) judgeTime(v *verdict) {
 
 func (r *retrier) judgeTimed(v *verdict) {
 	if !r.clock.timed {
-		if r.t.slowCalls && r.lane != nil {
+		if r.s.slowCalls && r.lane != nil {
 			r.lane.Watch(time.Now())
 		}
 		return
@@ -194,8 +194,16 @@ func (r *retrier) recordFailure(v verdict, resp *http.Response) failure {
 	if w.Clamped {
 		r.t.stats.retryAfter.clamped.Add(1)
 	}
-	o := perkey.Outcome{Kind: v.host, Throttles: throttles(r.s.throttleOn, resp.StatusCode), TooMany: resp.StatusCode == http.StatusTooManyRequests,
-		RetryAfter: w.OK, Wait: w.Duration, Asked: w.Asked}
+	o := perkey.Outcome{Kind: v.host, Wait: w.Duration, Asked: w.Asked}
+	if throttles(r.s.throttleOn, resp.StatusCode) {
+		o.Facts |= perkey.Throttles
+	}
+	if resp.StatusCode == http.StatusTooManyRequests {
+		o.Facts |= perkey.TooMany
+	}
+	if w.OK {
+		o.Facts |= perkey.RetryAfter
+	}
 	if r.adm.ok {
 		r.adm.ok = false
 		r.report(r.lane.Done(r.adm.ticket, o))

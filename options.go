@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"slices"
 	"time"
+
+	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
 // Defaults for a server's Retry-After header.
@@ -216,7 +218,7 @@ func WithAdaptiveRate(statuses ...int) RequestOption {
 func WithConcurrencyLimit(n int, refuse bool) Option {
 	nonNegative("WithConcurrencyLimit", n)
 	return newTransportOption("WithConcurrencyLimit", func(t *Transport) {
-		t.s.maxInFlight, t.s.refuseInFlight = n, refuse
+		t.s.inFlight = perkey.Limits{MaxInFlight: n, RefuseInFlight: refuse}
 	})
 }
 
@@ -436,11 +438,13 @@ type settings struct {
 	idempotentIf     func(*http.Request) bool
 	bodyBuffer       int64
 	attemptTimeout   time.Duration
-	throttleOn       []int         // statuses that cut a key's send rate when they come without Retry-After
-	maxInFlight      int           // attempts in flight per key; 0: no limit
-	refuseInFlight   bool          // refuse an attempt over maxInFlight rather than wait
-	maxWait          time.Duration // the longest a request waits, in all, for its key to recover; 0: refuse at once
-	responseBuffer   int64         // the largest successful response body read before RoundTrip returns; 0: none
+	throttleOn       []int // statuses that cut a key's send rate when they come without Retry-After
+	// inFlight limits the attempts in flight per key (WithConcurrencyLimit):
+	// MaxInFlight 0, no limit; Queue is set per request (see limits).
+	inFlight       perkey.Limits
+	slowCalls      bool          // the breaker counts slow attempts: time them (see clock)
+	maxWait        time.Duration // the longest a request waits, in all, for its key to recover; 0: refuse at once
+	responseBuffer int64         // the largest successful response body read before RoundTrip returns; 0: none
 }
 
 // WithResponseBuffer makes the transport read the body of a successful

@@ -143,8 +143,8 @@ func TestPaceEdges(t *testing.T) {
 		next := newNext(reply{status: 200})
 		tr := New(next, WithBudget(nil))
 		l := tr.lanes.Lane(keyOf(mustParse(t, testURL)))
-		l.Done(perkey.Ticket{}, perkey.Outcome{Throttles: true}) // paced from now, at 10/s
-		_, _, err := l.Admit(t.Context(), perkey.Limits{})       // takes the first release
+		l.Done(perkey.Ticket{}, perkey.Outcome{Facts: perkey.Throttles}) // paced from now, at 10/s
+		_, _, err := l.Admit(t.Context(), perkey.Limits{})               // takes the first release
 		require.NoError(t, err)
 
 		ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
@@ -174,7 +174,7 @@ func TestPaceSlowStartEstimate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		tr := New(newNext(reply{status: 200}), WithBreaker(nil), WithBudget(nil))
 		l := tr.lanes.Lane(keyOf(mustParse(t, testURL)))
-		l.Done(perkey.Ticket{}, perkey.Outcome{Throttles: true})
+		l.Done(perkey.Ticket{}, perkey.Outcome{Facts: perkey.Throttles})
 		var wg sync.WaitGroup
 		var ok atomic.Int64
 		for range 100 {

@@ -63,14 +63,14 @@ func (r *retrier) send() (*http.Response, error) {
 }
 
 // timed reports whether the latest attempt of the request is to be timed:
-// it goes through a breaker with the rule on (Transport.slowCalls, set by
-// New, so that the success path need not follow pointers to the breaker's
-// configuration), it is one of the
+// it goes through a breaker with the rule on (settings.slowCalls, set by
+// New, so that the success path reads the settings it has at hand rather
+// than follow pointers to the breaker's configuration), it is one of the
 // sample or its key is watched, and its context can end or its attempts
 // have a timeout. The context is asked last: its Done is a call through
 // an interface.
 func (r *retrier) timed() bool {
-	return r.t.slowCalls && r.lane != nil && (r.clock.sampled || r.lane.Watched()) &&
+	return r.s.slowCalls && r.lane != nil && (r.clock.sampled || r.lane.Watched()) &&
 		(r.s.attemptTimeout > 0 || r.req.Context().Done() != nil)
 }
 

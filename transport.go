@@ -29,10 +29,7 @@ type Transport struct {
 	localOpen bool
 	// horizon: RetryAt answers ReasonGone for a key failing longer; 0: never.
 	horizon time.Duration
-	// slowCalls: the breaker counts slow attempts, so attempts are timed
-	// (see clock).
-	slowCalls bool
-	fleet     *Fleet // nil: this process alone
+	fleet   *Fleet // nil: this process alone
 	// lanes holds what is kept per key: the breaker's own lanes, or,
 	// without a breaker, lanes whose circuits never open, so that a
 	// policy's memory of a key, its holds and its send rate do not depend
@@ -72,7 +69,7 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 		}
 	}
 	t.s.stateful = stateful(t.s.policy)
-	t.slowCalls = t.breaker != nil && t.breaker.cfg.SlowAfter > 0
+	t.s.slowCalls = t.breaker != nil && t.breaker.cfg.SlowAfter > 0
 	if t.fleet != nil {
 		t.fleet.attach(t.breaker, t.budget)
 	}
@@ -168,7 +165,7 @@ func (r *retrier) begin() {
 	if t.budget != nil {
 		t.budget.deposit(r.keyOf())
 	}
-	if t.breaker != nil || r.s.stateful || r.s.maxInFlight > 0 {
+	if t.breaker != nil || r.s.stateful || r.s.inFlight.MaxInFlight > 0 {
 		// Without these, the key's lane is needed only once some key has
 		// been held or paced: admit looks it up then.
 		r.lane = t.lanes.Lane(r.keyOf())

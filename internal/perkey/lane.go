@@ -265,16 +265,26 @@ const (
 
 // Outcome is what an attempt's outcome tells the key: its kind and, for a
 // response, the facts from which the lane decides on a hold and a cut of
-// the send rate (see Done).
+// the send rate (see Done). It keeps to four fields, which the compiler
+// keeps in registers on the success path.
 type Outcome struct {
-	Kind      Kind
-	Throttles bool // the status is one of the adaptive rate's
-	TooMany   bool // the status is 429
-	// RetryAfter: a usable Retry-After asked for Wait (clamped), or Asked
-	// before the clamp.
-	RetryAfter  bool
+	Kind  Kind
+	Facts Facts
+	// Wait is what a usable Retry-After asked for, clamped, and Asked what
+	// it asked before the clamp.
 	Wait, Asked time.Duration
 }
+
+// Facts are what a response said that the key's hold and send rate
+// follow.
+type Facts uint8
+
+// The facts of a response.
+const (
+	Throttles  Facts = 1 << iota // the status is one of the adaptive rate's
+	TooMany                      // the status is 429
+	RetryAfter                   // a usable Retry-After asked for Outcome.Wait
+)
 
 // holdThreshold is the shortest Retry-After that holds its key. A server
 // that asks for 5 s or more has said what the breaker would need seconds
@@ -286,14 +296,14 @@ const holdThreshold = 5 * time.Second
 // Throttled reports a 429 among the adaptive rate's statuses: the host is
 // up and asks for less, so the send rate, not a backoff, spaces the
 // request's retries.
-func (o Outcome) Throttled() bool { return o.Throttles && o.TooMany }
+func (o Outcome) Throttled() bool { return o.Facts&(Throttles|TooMany) == Throttles|TooMany }
 
 // holds reports whether the response holds the whole key until its wait
 // ends: a long wait asked for, never past the clamp; or any wait a 429
 // asks for, since the server refuses the key's requests until then, not
 // only this one's.
 func (o Outcome) holds() bool {
-	return o.RetryAfter && o.Wait > 0 && (o.Asked >= holdThreshold || o.TooMany)
+	return o.Facts&RetryAfter != 0 && o.Wait > 0 && (o.Asked >= holdThreshold || o.Facts&TooMany != 0)
 }
 
 // cuts reports whether the response cuts the key's send rate: a status
@@ -303,7 +313,7 @@ func (o Outcome) holds() bool {
 // the key instead, and its requests return spread, as the server
 // scheduled them.
 func (o Outcome) cuts() bool {
-	return o.Throttles && (!o.RetryAfter || o.TooMany && o.Asked < holdThreshold)
+	return o.Facts&Throttles != 0 && (o.Facts&RetryAfter == 0 || o.Facts&TooMany != 0 && o.Asked < holdThreshold)
 }
 
 // Admit admits an attempt to the key, or refuses it: with ErrOpen or

@@ -17,7 +17,7 @@ import (
 func TestPaceEdges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := NewSet(defaults()).Lane(Key{Host: "k"})
-		l.Done(Ticket{}, Outcome{Throttles: true}) // paced from now, at 10/s
+		l.Done(Ticket{}, Outcome{Facts: Throttles}) // paced from now, at 10/s
 		l.pace.Load().lim.AllowN(time.Now(), 1)
 
 		ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
@@ -117,7 +117,7 @@ func TestPaceSettlesOnFirstBurst(t *testing.T) {
 				l.Done(tk, Outcome{Kind: Success})
 			}
 			l.Hold(time.Now().Add(time.Second))
-			l.Done(Ticket{}, Outcome{Throttles: true, TooMany: true})
+			l.Done(Ticket{}, Outcome{Facts: Throttles | TooMany})
 			time.Sleep(time.Second)
 			p := l.pace.Load()
 			require.NotNil(t, p)
@@ -253,7 +253,7 @@ func TestLaneInFlightPaths(t *testing.T) {
 		l := NewSet(cfg).Lane(Key{Host: "k"})
 		tk, _, err := l.Admit(t.Context(), Limits{})
 		require.NoError(t, err)
-		l.Done(tk, Outcome{Throttles: true, TooMany: true}) // paced from now, at 10/s
+		l.Done(tk, Outcome{Facts: Throttles | TooMany}) // paced from now, at 10/s
 		assert.Zero(t, l.inFlight(), "a throttled attempt")
 		l.pace.Load().lim.AllowN(time.Now(), 1) // the bucket's one token
 		ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
