@@ -250,16 +250,13 @@ func (t Ticket) plain() bool { return t.pace&(1<<ticketBits-1) == 0 }
 // Kind is what an attempt's outcome tells the key's circuit.
 type Kind uint8
 
-// The kinds of outcome.
+// The kinds of outcome: None tells nothing (the caller's context ended, a
+// certificate error, an attempt admitted but not sent); Success, an answer
+// that is not a retryable failure; Failure, a retryable failure, which
+// counts toward the circuit unless the host throttled (Outcome.Throttled).
 const (
-	// None tells nothing: the caller's context ended, a certificate error,
-	// or the attempt was admitted but not sent.
 	None Kind = iota
-	// Success: the host answered with something that is not a retryable
-	// failure.
 	Success
-	// Failure: a retryable failure, which counts toward the circuit,
-	// unless the host throttled (see Outcome.Throttled).
 	Failure
 )
 
@@ -279,7 +276,6 @@ type Outcome struct {
 // follow.
 type Facts uint8
 
-// The facts of a response.
 const (
 	Throttles  Facts = 1 << iota // the status is one of the adaptive rate's
 	TooMany                      // the status is 429
