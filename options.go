@@ -10,6 +10,12 @@ import (
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
+// defaultMaxAttempts is the default number of attempts, the first included.
+// With the default policy four attempts wait at most 0.2+0.4+0.8 = 1.4 s in
+// all: enough to ride out a blip, short enough that a caller is not held
+// long by a host that is down (the breaker handles that).
+const defaultMaxAttempts = 4
+
 // Defaults for a server's Retry-After header.
 const (
 	// defaultMaxRetryAfter clamps a server's Retry-After: the same bound as
@@ -24,6 +30,38 @@ const (
 	// of one slice of 10,000.
 	defaultRetryAfterSpread = time.Second
 )
+
+// defaultMaxWait is the longest a request waits, in all, for its key to
+// recover, by default: the default policy's cap. A wait that long is still
+// within a delivery's usefulness (an event delivered a minute late is
+// still news; ten minutes late it is a log entry), and a request that
+// waited its whole retry sequence would have spent about as long at its
+// cap; the caller's own deadline bounds it first when shorter.
+const defaultMaxWait = defaultCap
+
+// minAttemptTimeout is the shortest attempt timeout WithAttemptTimeout sets.
+const minAttemptTimeout = time.Millisecond
+
+// settings are what a Transport's options set for each request.
+type settings struct {
+	policy           Policy
+	stateful         bool // policy may use its prev argument: it needs per-host memory
+	maxAttempts      int
+	firstJitter      time.Duration
+	maxRetryAfter    time.Duration
+	retryAfterSpread time.Duration
+	retryIf          func(*http.Response, error) bool
+	idempotentIf     func(*http.Request) bool
+	bodyBuffer       int64
+	attemptTimeout   time.Duration
+	throttleOn       []int // statuses that cut a key's send rate when they come without Retry-After
+	// inFlight limits the attempts in flight per key (WithConcurrencyLimit):
+	// MaxInFlight 0, no limit; Queue is set per request (see limits).
+	inFlight       perkey.Limits
+	slowCalls      bool          // the breaker counts slow attempts: time them (see clock)
+	maxWait        time.Duration // the longest a request waits, in all, for its key to recover; 0: refuse at once
+	responseBuffer int64         // the largest successful response body read before RoundTrip returns; 0: none
+}
 
 // Option configures a Transport in New. The options that shape one
 // request's retries return a RequestOption, which a request may also carry
@@ -208,6 +246,58 @@ func WithAdaptiveRate(statuses ...int) RequestOption {
 	return newRequestOption("WithAdaptiveRate", func(s *settings) { s.throttleOn = statuses })
 }
 
+// WithMaxWait sets the longest a request waits, in all, for its key to
+// recover, where the retry budget, an open circuit or an isolated key
+// would otherwise refuse it. The default is 30 s; the request's context
+// bounds the wait too. A waiting request holds no connection and no
+// goroutine of the transport's; the key lets it go, oldest first, only on
+// evidence that it is back (a probe or another request answered), at a
+// rate that starts low and grows while the key keeps answering. The wait
+// is not an attempt: a request still sends at most WithMaxAttempts times.
+// When the wait ends unanswered, the caller gets what it would have got
+// without waiting (the last response, or an Error with the reason), and
+// GiveUpInfo and Error say how long it waited.
+//
+// 0 refuses at once, as a dispatcher with its own queue wants: it turns
+// the request back and asks RetryAt when to send it again.
+func WithMaxWait(d time.Duration) RequestOption {
+	nonNegative("WithMaxWait", d)
+	return newRequestOption("WithMaxWait", func(s *settings) { s.maxWait = d })
+}
+
+// WithResponseBuffer makes the transport read the body of a successful
+// response (a 2xx status) into memory, up to maxBytes, before RoundTrip
+// returns it, so that a body cut mid-read (the connection reset or closed
+// before the declared Content-Length, or a chunked body's end, arrived) is
+// retried like a transport error, instead of reaching the caller as a
+// read error after the headers: RoundTrip cannot take a response back
+// once it has returned it. It suits small JSON answers that a caller reads
+// whole anyway; the body is then read before RoundTrip returns, and a
+// caller that stops reading early no longer saves the rest of the
+// transfer.
+//
+// The rules of a retry apply as to any transport error: only a request
+// that may be sent again is buffered (idempotent, its body replayable, and
+// more than one attempt allowed), and the others stream as they do
+// without the option; a cut that is not retried (the budget, the circuit,
+// the deadline, the attempts left, or WithRetryIf) ends the request with
+// an Error wrapping the read error. A body the response declares larger
+// than maxBytes is not read; one that turns out larger (no declared
+// length) is handed back streaming, the bytes already read in front of
+// the rest. A buffered body's ContentLength is its length. Stats counts
+// the bodies buffered, cut and too large. 0 turns it off (the default).
+//
+// The read is bounded by the request's context only: WithAttemptTimeout
+// bounds the wait for the response headers, not the body. A body that
+// stalls without being cut keeps RoundTrip waiting until the context
+// ends, so give the request a deadline; and leave the option off for
+// streamed answers (server-sent events, long polls), which RoundTrip
+// would return only once the stream ends.
+func WithResponseBuffer(maxBytes int64) RequestOption {
+	nonNegative("WithResponseBuffer", maxBytes)
+	return newRequestOption("WithResponseBuffer", func(s *settings) { s.responseBuffer = maxBytes })
+}
+
 // WithConcurrencyLimit allows at most n attempts in flight (sent, response
 // headers not yet back) to one key, so that one slow tenant cannot hold
 // every connection and goroutine of the caller (a bulkhead). Attempts over
@@ -270,8 +360,63 @@ func WithFailingHorizon(d time.Duration) Option {
 	return newTransportOption("WithFailingHorizon", func(t *Transport) { t.horizon = d })
 }
 
-// minAttemptTimeout is the shortest attempt timeout WithAttemptTimeout sets.
-const minAttemptTimeout = time.Millisecond
+// WithHooks sets hooks called for every request through the transport; nil
+// means none.
+func WithHooks(h *Hooks) Option {
+	return newTransportOption("WithHooks", func(t *Transport) { t.hooks = h })
+}
+
+// WithQuotaPartition names the quota partition each request spends, for a
+// server that keeps several quotas on one host: one per API key (the pk of
+// the IETF RateLimit field), or per resource (GitHub's search and core).
+// Requests of different partitions are kept apart, as if their keys
+// differed: each partition has its own hold, send rate and circuit, so one
+// partition's exhausted quota does not slow the others. f returns the
+// partition; "" leaves the request in its key's own. nil, the default,
+// keeps one partition per key: a server's quotas for several partitions
+// then all apply to every request of the key.
+//
+//	retryhttp.WithQuotaPartition(func(r *http.Request) string {
+//		if strings.HasPrefix(r.URL.Path, "/search/") {
+//			return "search"
+//		}
+//		return "core"
+//	})
+//
+// f is called for every request, so it should be cheap; it must not
+// modify the request.
+func WithQuotaPartition(f func(*http.Request) string) Option {
+	return newTransportOption("WithQuotaPartition", func(t *Transport) { t.partFunc = f })
+}
+
+// WithQuotaHeaders turns the reading of servers' rate-limit headers on
+// (the default) or off. On, a key whose server advertises its quota is
+// held while the quota is exhausted, until it resets, and paced at the
+// rate the quota sustains, so that a batch is not refused at all; off,
+// only 429s and Retry-After shape the key's send rate.
+func WithQuotaHeaders(on bool) Option {
+	return newTransportOption("WithQuotaHeaders", func(t *Transport) { t.noQuota = !on })
+}
+
+// WithBreaker sets the circuit breaker; nil turns it off. New uses a fresh
+// NewBreaker(BreakerConfig{}) when this option is not given. Pass the same
+// Breaker to several transports to share it.
+func WithBreaker(b *Breaker) Option {
+	return newTransportOption("WithBreaker", func(t *Transport) { t.breaker = b })
+}
+
+// WithBudget sets the retry budget; nil turns it off. New uses a fresh
+// NewBudget(BudgetConfig{}) when this option is not given. Pass the same
+// Budget to several transports to share it.
+func WithBudget(b *Budget) Option {
+	return newTransportOption("WithBudget", func(t *Transport) { t.budget = b })
+}
+
+// WithFleet shares the transport's breaker and budget through f. nil means
+// none (the default).
+func WithFleet(f *Fleet) Option {
+	return newTransportOption("WithFleet", func(t *Transport) { t.fleet = f })
+}
 
 // requestKey is the context key of what one request carries for the
 // transport: its hooks and its options, in one value so that RoundTrip
@@ -327,155 +472,10 @@ func (pr *perRequest) settings(base *settings) *settings {
 	return &s
 }
 
-// WithHooks sets hooks called for every request through the transport; nil
-// means none.
-func WithHooks(h *Hooks) Option {
-	return newTransportOption("WithHooks", func(t *Transport) { t.hooks = h })
-}
-
 // ContextWithHooks returns a copy of ctx carrying hooks for the requests made
 // with it, called beside the transport's own.
 func ContextWithHooks(ctx context.Context, h *Hooks) context.Context {
 	pr := perRequestOf(ctx)
 	pr.hooks = h
 	return context.WithValue(ctx, requestKey{}, pr)
-}
-
-// defaultMaxWait is the longest a request waits, in all, for its key to
-// recover, by default: the default policy's cap. A wait that long is still
-// within a delivery's usefulness (an event delivered a minute late is
-// still news; ten minutes late it is a log entry), and a request that
-// waited its whole retry sequence would have spent about as long at its
-// cap; the caller's own deadline bounds it first when shorter.
-const defaultMaxWait = defaultCap
-
-// WithMaxWait sets the longest a request waits, in all, for its key to
-// recover, where the retry budget, an open circuit or an isolated key
-// would otherwise refuse it. The default is 30 s; the request's context
-// bounds the wait too. A waiting request holds no connection and no
-// goroutine of the transport's; the key lets it go, oldest first, only on
-// evidence that it is back (a probe or another request answered), at a
-// rate that starts low and grows while the key keeps answering. The wait
-// is not an attempt: a request still sends at most WithMaxAttempts times.
-// When the wait ends unanswered, the caller gets what it would have got
-// without waiting (the last response, or an Error with the reason), and
-// GiveUpInfo and Error say how long it waited.
-//
-// 0 refuses at once, as a dispatcher with its own queue wants: it turns
-// the request back and asks RetryAt when to send it again.
-func WithMaxWait(d time.Duration) RequestOption {
-	nonNegative("WithMaxWait", d)
-	return newRequestOption("WithMaxWait", func(s *settings) { s.maxWait = d })
-}
-
-// WithQuotaPartition names the quota partition each request spends, for a
-// server that keeps several quotas on one host: one per API key (the pk of
-// the IETF RateLimit field), or per resource (GitHub's search and core).
-// Requests of different partitions are kept apart, as if their keys
-// differed: each partition has its own hold, send rate and circuit, so one
-// partition's exhausted quota does not slow the others. f returns the
-// partition; "" leaves the request in its key's own. nil, the default,
-// keeps one partition per key: a server's quotas for several partitions
-// then all apply to every request of the key.
-//
-//	retryhttp.WithQuotaPartition(func(r *http.Request) string {
-//		if strings.HasPrefix(r.URL.Path, "/search/") {
-//			return "search"
-//		}
-//		return "core"
-//	})
-//
-// f is called for every request, so it should be cheap; it must not
-// modify the request.
-func WithQuotaPartition(f func(*http.Request) string) Option {
-	return newTransportOption("WithQuotaPartition", func(t *Transport) { t.partFunc = f })
-}
-
-// WithQuotaHeaders turns the reading of servers' rate-limit headers on
-// (the default) or off. On, a key whose server advertises its quota is
-// held while the quota is exhausted, until it resets, and paced at the
-// rate the quota sustains, so that a batch is not refused at all; off,
-// only 429s and Retry-After shape the key's send rate.
-func WithQuotaHeaders(on bool) Option {
-	return newTransportOption("WithQuotaHeaders", func(t *Transport) { t.noQuota = !on })
-}
-
-// WithBreaker sets the circuit breaker; nil turns it off. New uses a fresh
-// NewBreaker(BreakerConfig{}) when this option is not given. Pass the same
-// Breaker to several transports to share it.
-func WithBreaker(b *Breaker) Option {
-	return newTransportOption("WithBreaker", func(t *Transport) { t.breaker = b })
-}
-
-// WithBudget sets the retry budget; nil turns it off. New uses a fresh
-// NewBudget(BudgetConfig{}) when this option is not given. Pass the same
-// Budget to several transports to share it.
-func WithBudget(b *Budget) Option {
-	return newTransportOption("WithBudget", func(t *Transport) { t.budget = b })
-}
-
-// WithFleet shares the transport's breaker and budget through f. nil means
-// none (the default).
-func WithFleet(f *Fleet) Option {
-	return newTransportOption("WithFleet", func(t *Transport) { t.fleet = f })
-}
-
-// defaultMaxAttempts is the default number of attempts, the first included.
-// With the default policy four attempts wait at most 0.2+0.4+0.8 = 1.4 s in
-// all: enough to ride out a blip, short enough that a caller is not held
-// long by a host that is down (the breaker handles that).
-const defaultMaxAttempts = 4
-
-// settings are what a Transport's options set for each request.
-type settings struct {
-	policy           Policy
-	stateful         bool // policy may use its prev argument: it needs per-host memory
-	maxAttempts      int
-	firstJitter      time.Duration
-	maxRetryAfter    time.Duration
-	retryAfterSpread time.Duration
-	retryIf          func(*http.Response, error) bool
-	idempotentIf     func(*http.Request) bool
-	bodyBuffer       int64
-	attemptTimeout   time.Duration
-	throttleOn       []int // statuses that cut a key's send rate when they come without Retry-After
-	// inFlight limits the attempts in flight per key (WithConcurrencyLimit):
-	// MaxInFlight 0, no limit; Queue is set per request (see limits).
-	inFlight       perkey.Limits
-	slowCalls      bool          // the breaker counts slow attempts: time them (see clock)
-	maxWait        time.Duration // the longest a request waits, in all, for its key to recover; 0: refuse at once
-	responseBuffer int64         // the largest successful response body read before RoundTrip returns; 0: none
-}
-
-// WithResponseBuffer makes the transport read the body of a successful
-// response (a 2xx status) into memory, up to maxBytes, before RoundTrip
-// returns it, so that a body cut mid-read (the connection reset or closed
-// before the declared Content-Length, or a chunked body's end, arrived) is
-// retried like a transport error, instead of reaching the caller as a
-// read error after the headers: RoundTrip cannot take a response back
-// once it has returned it. It suits small JSON answers that a caller reads
-// whole anyway; the body is then read before RoundTrip returns, and a
-// caller that stops reading early no longer saves the rest of the
-// transfer.
-//
-// The rules of a retry apply as to any transport error: only a request
-// that may be sent again is buffered (idempotent, its body replayable, and
-// more than one attempt allowed), and the others stream as they do
-// without the option; a cut that is not retried (the budget, the circuit,
-// the deadline, the attempts left, or WithRetryIf) ends the request with
-// an Error wrapping the read error. A body the response declares larger
-// than maxBytes is not read; one that turns out larger (no declared
-// length) is handed back streaming, the bytes already read in front of
-// the rest. A buffered body's ContentLength is its length. Stats counts
-// the bodies buffered, cut and too large. 0 turns it off (the default).
-//
-// The read is bounded by the request's context only: WithAttemptTimeout
-// bounds the wait for the response headers, not the body. A body that
-// stalls without being cut keeps RoundTrip waiting until the context
-// ends, so give the request a deadline; and leave the option off for
-// streamed answers (server-sent events, long polls), which RoundTrip
-// would return only once the stream ends.
-func WithResponseBuffer(maxBytes int64) RequestOption {
-	nonNegative("WithResponseBuffer", maxBytes)
-	return newRequestOption("WithResponseBuffer", func(s *settings) { s.responseBuffer = maxBytes })
 }
