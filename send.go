@@ -8,9 +8,12 @@ import (
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
-// attempt sends one attempt and normalises what next returned: exactly one
-// of the response and the error is non-nil. With hooks, it reports the
-// attempt's start and end; then the attempt is timed for AttemptDone.
+// send sends the next attempt through the next RoundTripper and
+// normalises what it returned (attempt.Send): exactly one of the response
+// and the error is non-nil. It times the attempt for the slow-call rule
+// when the rule asks (see clock), reads a successful response's body with
+// WithResponseBuffer, and, with hooks, reports the attempt's start and
+// end, timed for AttemptDone.
 func (r *retrier) send() (*http.Response, error) {
 	r.waits.kept = nil // superseded by this attempt's outcome
 	r.attempts++
