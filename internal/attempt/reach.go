@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 )
@@ -11,7 +12,7 @@ import (
 // NeverReached reports a transport error that proves the request never
 // reached the server: dialing (including the name lookup) failed, or the TLS
 // handshake did; or that the server never processed it: an HTTP/2 server
-// refused its stream (see h2unsent.go). Anything less certain, such as a
+// refused its stream (see h2Unprocessed). Anything less certain, such as a
 // reset that may have come after the request was written, counts as
 // reached.
 func NeverReached(err error) bool {
@@ -66,4 +67,68 @@ func inChain(err error, f func(error) bool) bool {
 		}
 	}
 	return false
+}
+
+// h2StreamError has the fields of net/http's HTTP/2 stream error, which
+// errors.As fills in through that error's As method.
+type h2StreamError struct {
+	StreamID uint32
+	Code     uint32
+	Cause    error
+}
+
+func (e h2StreamError) Error() string {
+	return fmt.Sprintf("stream error: stream ID %d; code %d", e.StreamID, e.Code)
+}
+
+// h2RefusedStream is REFUSED_STREAM's error code (RFC 9113 §7).
+const h2RefusedStream = 0x7
+
+// The texts of the errors for a stream above a GOAWAY's last stream ID: a
+// graceful GOAWAY (golang.org/x/net/http2's Transport hands it up after
+// its own tries), and one with an error code on a connection's first
+// stream (net/http's client hands it up at once).
+const (
+	h2GoAwayGraceful = "http2: Transport received Server's graceful shutdown GOAWAY"
+	h2GoAwayFirst    = "http2: Transport received GOAWAY from server ErrCode:"
+)
+
+// h2Unprocessed reports an error that says the HTTP/2 server never
+// processed the request.
+//
+// An HTTP/2 server can say that it did not process a request: it resets
+// the stream with REFUSED_STREAM ("closed prior to any processing", RFC
+// 9113 §8.7), or it sends GOAWAY with a last stream ID below the stream's
+// (streams above it "have not been processed", §6.8). Such a request may
+// be sent again whatever its method, and the transport sends it again as
+// one that never reached the server, when it sees the error:
+//
+//   - REFUSED_STREAM: net/http's HTTP/2 client retries it by itself, seven
+//     tries over about a minute of backoff when the body can be rewound,
+//     and hands the stream error up when they run out. That error has an
+//     As method which fills in any struct with the same fields
+//     (h2StreamError here), so it is told without importing
+//     golang.org/x/net.
+//   - A connection's first stream above a GOAWAY that carries an error
+//     code: net/http does not retry it, and says so in the error's text.
+//   - A stream above a graceful GOAWAY: net/http's http.Transport sends it
+//     again on a new connection by itself, with no bound but the request's
+//     context, so the transport never sees it; golang.org/x/net/http2's
+//     Transport, used directly, hands up the same text as net/http's
+//     bundled client after its own seven tries.
+//
+// What it cannot tell: golang.org/x/net/http2's own StreamError (it has
+// no As method, and its text would have to be parsed), a GOAWAY whose last
+// stream ID covers the stream (the server may have processed it), and a
+// body net/http could not rewind for its own retry (its error says so in
+// text; such a body cannot be sent again by the transport either).
+func h2Unprocessed(err error) bool {
+	var se h2StreamError
+	if errors.As(err, &se) && se.Code == h2RefusedStream {
+		return true
+	}
+	return inChain(err, func(e error) bool {
+		s := e.Error()
+		return s == h2GoAwayGraceful || strings.HasPrefix(s, h2GoAwayFirst)
+	})
 }
