@@ -348,3 +348,44 @@ func (r *retrier) facts(v verdict, delay time.Duration) facts {
 	f.deadline, _ = r.req.Context().Deadline()
 	return f
 }
+
+// rewind prepares the retry that decide allowed, in this order: the next
+// attempt's request with a fresh body (queued in r.body); then, for a
+// retry after a delay, the budget's token, last so that a retry not made
+// costs none (without one, or when others already wait for the key, the
+// retry queues for the key if the request may wait, and stops otherwise);
+// then the delay becomes the key's previous delay, and the stats and the
+// hooks hear of the retry. It returns what follows, and why: why not when
+// nothing does, what the queue stands in for when it queues (the budget's
+// refusal, or none when it joined others).
+func (r *retrier) rewind(p step) (next, Reason) {
+	if reason := rewindReason(r.body.Next()); reason != ReasonNone {
+		return stop, reason
+	}
+	if p.then == retryWhen {
+		return p.then, ReasonNone
+	}
+	if r.lane != nil && r.lane.Waiting() && r.maxWaitLeft() > 0 {
+		// Others already wait for the key to recover: this retry joins
+		// them rather than spend a token on a host that is failing them.
+		return queueBehind, ReasonNone
+	}
+	// A throttled retry takes no token while the adaptive rate covers
+	// 429: the server is up and asks for less, and the key's send rate,
+	// cut by every 429, already bounds the load retries add to it. A
+	// retry after a 5xx is a bet that the host is still there; the budget
+	// limits how much of the traffic bets.
+	if b := r.t.budget; b != nil && !r.fail.throttled && !b.withdraw(r.keyOf()) {
+		r.t.stats.budgetDenied.Add(1)
+		if r.maxWaitLeft() > 0 {
+			return queueBehind, ReasonBudgetExhausted
+		}
+		return stop, ReasonBudgetExhausted
+	}
+	if r.lane != nil {
+		r.lane.SetPrev(p.delay)
+	}
+	r.t.stats.recordDelay(r.attempts, p.delay)
+	fire(r.hooks, (*Hooks).retryScheduled, RetryInfo{Request: r.req, Retry: r.attempts, Delay: p.delay, RetryAfter: r.fail.wait.OK, Clamped: r.fail.wait.Clamped})
+	return p.then, ReasonNone
+}

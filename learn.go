@@ -137,24 +137,23 @@ func (r *retrier) blames() bool {
 		errors.Is(r.req.Context().Err(), context.DeadlineExceeded)
 }
 
-// learn judges the latest attempt's outcome (classify) and tells the key
-// what it says: the attempt's time, the quota its response advertises,
-// and its success or failure; a failure's response is kept in r.fail.
+// learn tells the key what the latest attempt's outcome, as classify
+// judged it in v, says of it: the attempt's time (which may make v a
+// failure of the key), the quota its response advertises, and its success
+// or failure; a failure's response is kept in r.fail.
 //
-// verdict keeps to four fields, and learn returns nothing more, so that
-// the compiler keeps the verdict of the success path in registers.
-func (r *retrier) learn(resp *http.Response, err error) verdict {
-	v := classify(r.req, resp, err, r.s.retryIf)
-	r.judgeTime(&v)
+// verdict keeps to four fields, so that the compiler keeps the verdict of
+// the success path in registers.
+func (r *retrier) learn(v *verdict, resp *http.Response) {
+	r.judgeTime(v)
 	if resp != nil && r.readsQuota(resp) {
 		r.applyQuota(resp)
 	}
 	if v.success() {
-		r.record(v)
-		return v
+		r.record(*v)
+		return
 	}
-	r.fail = r.recordFailure(v, resp)
-	return v
+	r.fail = r.recordFailure(*v, resp)
 }
 
 // failure is what a failed attempt's response asked of its key: the wait

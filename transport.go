@@ -119,9 +119,10 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		var resp *http.Response
 		resp, err = r.send()
 
-		// Learn: what the outcome is, and what the key learns from it.
-		v := r.learn(resp, err)
-		if v.success() {
+		// Learn: what the outcome is (classify), and what the key learns
+		// from it.
+		v := classify(req, resp, err, r.s.retryIf)
+		if r.learn(&v, resp); v.success() {
 			return r.finish(resp, nil, ReasonNone, nil)
 		}
 

@@ -342,7 +342,7 @@ func (l *Lane) admitSlow(ctx context.Context, lim Limits) (Ticket, Transitions, 
 // made: a hold the response asks for comes first, so that the send rate it
 // cuts starts again when the hold ends. Call it exactly once per Ticket.
 func (l *Lane) Done(t Ticket, o Outcome) (trs Transitions) {
-	if o == (Outcome{Kind: Success}) && t.plain() {
+	if o.Kind == Success && o.Facts == 0 && t.plain() { // no fact: no hold, no cut
 		l.recordSuccess() // the hot path: no lock, nothing to report
 		countTo(&l.early)
 		if l.word.Load()&pacedBit != 0 {
