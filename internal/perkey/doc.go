@@ -16,8 +16,9 @@ package perkey
 // One file per mechanism: key.go (the key and its parsing), table.go (the
 // bounded table and how entries leave it), lane.go (the lane, its fast
 // path and what an outcome tells it), circuit.go (trip, open, half-open
-// and the one close rule), hold.go (the hold and a held request's wait),
-// pace.go (the adaptive send rate), quota.go (an advertised quota),
+// and the one close rule), hold.go (when a response holds its key, the hold,
+// and a held request's wait), pace.go (the adaptive send rate, and when a
+// response cuts it), quota.go (an advertised quota),
 // slots.go (the concurrency limit), queue.go (the one waiter queue they
 // and the lane use), wait.go (requests that wait for a key to recover,
 // and their release), recovery.go (the rate of that release), bucket.go
