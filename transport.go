@@ -99,80 +99,66 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		attempt.CloseRequestBody(req)
 		return nil, errNotFromNew
 	}
-	r := retrier{t: t, s: &t.s, req: req}
+	// Begin: the request's settings and hooks, with what its context
+	// carries; the budget's deposit; the key's lane, when something needs
+	// it from the first attempt on (admit looks it up otherwise, once some
+	// key has been held or paced); the first attempt's body.
+	r := retrier{t: t, s: &t.s, req: req, hooks: hookSet{t: t.hooks}}
 	defer r.unwind()
-	r.begin()
+	if pr, _ := req.Context().Value(requestKey{}).(*perRequest); pr != nil {
+		r.apply(pr)
+	}
+	if t.budget != nil {
+		t.budget.deposit(r.keyOf())
+	}
+	if t.breaker != nil || r.s.stateful || r.s.inFlight.MaxInFlight > 0 {
+		r.lane = t.lanes.Lane(r.keyOf())
+	}
+	r.idempotent = r.s.idempotentIf(req)
+	r.body.First(req, r.s.maxAttempts, r.s.bodyBuffer)
 	if err := r.firstJitter(); err != nil {
 		return r.finish(nil, nil, reasonOf(err), err)
 	}
 	var err error // the latest attempt's error
 	for {
-		// Admit: the key's circuit, hold, send rate and limit on attempts
-		// in flight let the attempt go, or refuse it off the network (or
-		// it waits for the key to recover). A wait may already have
-		// admitted it.
+		// Admit: the key lets the attempt go, or refuses it off the
+		// network, or it waits for the key. A wait may have admitted it.
 		if aerr := r.admit(); aerr != nil {
 			return r.finish(r.waits.kept, err, reasonOf(aerr), aerr)
 		}
-
 		// Send it through the next RoundTripper.
 		var resp *http.Response
 		resp, err = r.send()
-
-		// Learn: what the outcome is (classify), and what the key learns
-		// from it.
+		// Learn: what the outcome is, and what the key learns from it.
 		v := classify(req, resp, err, r.s.retryIf)
 		if r.learn(&v, resp); v.success() {
 			return r.finish(resp, nil, ReasonNone, nil)
 		}
-
-		// Decide whether a retry follows, and when. Decide before
-		// draining: a request that stops hands back the last response
-		// untouched.
+		// Decide whether a retry follows, and when, before anything is
+		// drained: a request that stops hands back its last response.
 		p := r.plan(v)
 		if p.then == stop {
 			return r.finish(resp, err, p.why, nil)
 		}
-
-		// Rewind: the next attempt's body; for a retry after a delay, the
-		// budget's token (without one the retry waits for the key
-		// instead, or stops). A step that fails stops the request with
-		// the last response untouched.
+		// Rewind: the next attempt's body, then the budget's token.
 		if p.then, p.why = r.rewind(p); p.then == stop {
 			return r.finish(resp, err, p.why, nil)
 		}
-
-		// Wait: release the failed response's connection, then sleep until
-		// the retry is due, or wait for the key.
+		// Wait: release the failed response's connection, then sleep
+		// until the retry is due, or wait for the key.
 		if kept, werr := r.wait(p, resp); werr != nil {
 			return r.finish(kept, err, reasonOf(werr), werr)
 		}
 	}
 }
 
-// begin sets the request up: its settings and hooks, with what its
-// context carries for the transport; the budget's deposit; the key's lane,
-// when something needs it from the first attempt on; and the first
-// attempt's body.
-func (r *retrier) begin() {
-	t := r.t
-	r.hooks = hookSet{t: t.hooks}
-	if pr, _ := r.req.Context().Value(requestKey{}).(*perRequest); pr != nil {
-		r.hooks.r = pr.hooks
-		if len(pr.opts) > 0 {
-			r.s = pr.settings(&t.s)
-		}
+// apply applies what a request's context carries for the transport: its
+// hooks and its options, over a copy of the transport's settings.
+func (r *retrier) apply(pr *perRequest) {
+	r.hooks.r = pr.hooks
+	if len(pr.opts) > 0 {
+		r.s = pr.settings(r.s)
 	}
-	if t.budget != nil {
-		t.budget.deposit(r.keyOf())
-	}
-	if t.breaker != nil || r.s.stateful || r.s.inFlight.MaxInFlight > 0 {
-		// Without these, the key's lane is needed only once some key has
-		// been held or paced: admit looks it up then.
-		r.lane = t.lanes.Lane(r.keyOf())
-	}
-	r.idempotent = r.s.idempotentIf(r.req)
-	r.body.First(r.req, r.s.maxAttempts, r.s.bodyBuffer) // what the first attempt sends
 }
 
 // firstJitter spreads a bulk sender's first attempts over

@@ -36,10 +36,16 @@ type Body struct {
 // tracked. maxAttempts is how many attempts may be made; a body with no
 // GetBody is buffered in memory when it holds at most bufferLimit bytes.
 func (b *Body) First(req *http.Request, maxAttempts int, bufferLimit int64) {
-	b.req = req
+	b.req, b.queued = req, req
+	if req.Body != nil && req.Body != http.NoBody { // a GET has nothing to replay: inlined
+		b.first(maxAttempts, bufferLimit)
+	}
+}
+
+// first is First for a request with a body.
+func (b *Body) first(maxAttempts int, bufferLimit int64) {
+	req := b.req
 	switch {
-	case req.Body == nil || req.Body == http.NoBody:
-		// Nothing to replay.
 	case req.GetBody != nil && !snapshotGetBody(req.GetBody):
 		// A GetBody that may hand out one shared reader again: each
 		// attempt's body is tracked, even when the transport will not
@@ -50,18 +56,15 @@ func (b *Body) First(req *http.Request, maxAttempts int, bufferLimit int64) {
 		b.get = req.GetBody
 		b.tracked = true
 		b.queued = b.track(req, req.Body)
-		return
 	case maxAttempts <= 1:
 		// Nothing to replay.
 	case req.GetBody != nil:
 		b.get = req.GetBody
 	case bufferLimit > 0:
 		b.queued = b.bufferBody(bufferLimit)
-		return
 	default:
 		b.unreplayable = true
 	}
-	b.queued = req
 }
 
 // bufferBody reads up to limit bytes of a body that cannot be replayed.
