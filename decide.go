@@ -359,8 +359,14 @@ func (r *retrier) facts(v verdict, delay time.Duration) facts {
 // nothing does, what the queue stands in for when it queues (the budget's
 // refusal, or none when it joined others).
 func (r *retrier) rewind(p step) (next, Reason) {
-	if reason := rewindReason(r.body.Next()); reason != ReasonNone {
-		return stop, reason
+	switch r.body.Next() {
+	case attempt.ContextEnded:
+		// Waiting for the previous attempt to let go of a shared body, the
+		// caller's context ended.
+		return stop, ReasonContextDone
+	case attempt.NoFreshBody:
+		// GetBody failed: the body cannot be sent again.
+		return stop, ReasonBodyNotReplayable
 	}
 	if p.then == retryWhen {
 		return p.then, ReasonNone

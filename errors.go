@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"time"
-
-	"github.com/retryhttp/retryhttp/internal/attempt"
 )
 
 // Reason says why the transport stopped retrying a request, carried by
@@ -134,18 +132,6 @@ func plural(n int) string {
 		return ""
 	}
 	return "s"
-}
-
-// rewindReason is why a request stops when the next attempt's request
-// could not be queued (see attempt.Body.Next); ReasonNone when it was.
-func rewindReason(r attempt.Readiness) Reason {
-	switch r {
-	case attempt.ContextEnded:
-		return ReasonContextDone
-	case attempt.NoFreshBody:
-		return ReasonBodyNotReplayable
-	}
-	return ReasonNone
 }
 
 // ErrCircuitOpen is wrapped by the error of a request that a host's open

@@ -15,7 +15,6 @@ import (
 // WithResponseBuffer, and, with hooks, reports the attempt's start and
 // end, timed for AttemptDone.
 func (r *retrier) send() (*http.Response, error) {
-	r.waits.kept = nil // superseded by this attempt's outcome
 	r.attempts++
 	if r.attempts == 1 {
 		n := r.t.stats.first.add()

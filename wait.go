@@ -248,6 +248,7 @@ func later(a, b time.Time) time.Time {
 // asking the budget gives up, if its wait ends unanswered, as one the
 // budget refused. On an error it returns what to hand back with it.
 func (r *retrier) wait(p step, resp *http.Response) (*http.Response, error) {
+	r.waits.kept = nil // superseded by this attempt's outcome
 	if p.then == retryAfter {
 		if resp != nil {
 			attempt.Drain(resp.Body, r.drainTime())
