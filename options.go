@@ -144,8 +144,9 @@ func WithMaxAttempts(n int) RequestOption {
 // WithFirstAttemptJitter delays each request's first attempt by a duration
 // drawn from [0, max), so that a bulk sender's burst (10,000 deliveries from
 // one batch) does not arrive at one instant. The wait ends early, with the
-// context's error, if the request's context ends. 0 turns it off (the
-// default).
+// context's error, if the request's context ends; or with an Error
+// wrapping ErrCircuitOpen, and no attempt sent, if the key's circuit is or
+// becomes open. 0 turns it off (the default).
 func WithFirstAttemptJitter(max time.Duration) RequestOption {
 	nonNegative("WithFirstAttemptJitter", max)
 	return newRequestOption("WithFirstAttemptJitter", func(s *settings) { s.firstJitter = max })
