@@ -1,6 +1,7 @@
 package retryhttp
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -178,4 +179,97 @@ func localOpenResponse(req *http.Request, key hostKey, probeAt time.Time, spread
 		ContentLength: int64(len(body)),
 		Request:       req,
 	}
+}
+
+// maxWaitLeft returns how much longer the request may wait for its key.
+func (r *retrier) maxWaitLeft() time.Duration {
+	if r.req.Context().Err() != nil {
+		return 0
+	}
+	return r.s.maxWait - r.waits.total
+}
+
+// waitUntil returns when a wait beginning at now must end: when the
+// request's wait allowance or its context's deadline runs out, whichever
+// comes first.
+func (r *retrier) waitUntil(now time.Time) time.Time {
+	until := now.Add(r.maxWaitLeft())
+	if dl, ok := r.req.Context().Deadline(); ok && dl.Before(until) {
+		until = dl
+	}
+	return until
+}
+
+// waitFor waits for the key, through f (the lane's Wait or Queue), for
+// the reason cause; it counts the wait, reports it to the hooks, and adds
+// it to the request's total. On success the attempt is admitted.
+func (r *retrier) waitFor(cause Reason, f func(ctx context.Context, lim perkey.Limits, until time.Time) (perkey.Ticket, perkey.Transitions, error)) (perkey.Transitions, error) {
+	start := time.Now()
+	r.t.stats.wait.count.Add(1)
+	r.waits.any = true
+	tk, trs, err := f(r.req.Context(), r.limits(), r.waitUntil(start))
+	d := time.Since(start)
+	r.waits.total += d
+	r.t.stats.wait.nanos.Add(uint64(d))
+	r.adm.ticket, r.adm.ok = tk, err == nil
+	if err == nil {
+		r.t.stats.wait.released.Add(1)
+	}
+	fire(r.hooks, (*Hooks).waitDone, WaitInfo{Request: r.req, Key: r.keyOf().String(), Cause: cause, Waited: d, Released: err == nil})
+	return trs, err
+}
+
+// waitRefused turns the end of a wait that was not answered into the
+// request's error: the refusal it waited out (cause), with the wait it
+// took, and the context's deadline if that is what ended it. A caller who
+// cancelled gets the context's own error, as for any other wait.
+func (r *retrier) waitRefused(err, cause error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, context.Canceled):
+		return err
+	case errors.Is(err, context.DeadlineExceeded):
+		return &waitedError{cause: cause, waited: r.waits.total, err: err}
+	case r.pastDeadline():
+		// The wait's end was the deadline: its own timer, set for that
+		// instant, fired before the context's.
+		return &waitedError{cause: cause, waited: r.waits.total, err: context.DeadlineExceeded}
+	}
+	return &waitedError{cause: cause, waited: r.waits.total}
+}
+
+// pastDeadline reports whether the request's context has a deadline that
+// has come.
+func (r *retrier) pastDeadline() bool {
+	dl, ok := r.req.Context().Deadline()
+	return ok && !time.Now().Before(dl)
+}
+
+// sleep waits d before an attempt, ending early when the context ends or
+// the key's circuit opens. Afterwards the request takes the key's lane
+// afresh, in case the one it held left memory before it slept.
+func (r *retrier) sleep(d time.Duration) error {
+	ctx := r.req.Context()
+	if r.lane == nil {
+		return perkey.Sleep(ctx, d)
+	}
+	err := r.lane.Sleep(ctx, d)
+	r.lane = r.t.lanes.Lane(r.keyOf())
+	if err == perkey.ErrOpen {
+		// Counted as a refusal: the circuit ended the wait.
+		r.t.stats.circuitRejected.Add(1)
+		err = ErrCircuitOpen
+	}
+	return err
+}
+
+// waiting is what a request's waits for its key have come to: kept, the
+// latest response, its body read into memory, while the request waits
+// (what the caller gets if the wait ends unanswered); total, how long it
+// has waited in all; any, whether it has waited at all.
+type waiting struct {
+	kept  *http.Response
+	total time.Duration
+	any   bool
 }

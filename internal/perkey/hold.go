@@ -49,26 +49,6 @@ func (l *Lane) heldNow() error {
 	return nil
 }
 
-// HeldWait returns how long a request that a hold refused with e waits
-// before it asks again: to the hold's end plus a draw of up to spread. ok
-// is false when held plus that wait would pass patience, or the wait
-// would reach deadline (the zero time: none).
-func (l *Lane) HeldWait(e *HeldError, spread, held, patience time.Duration, deadline time.Time) (wait time.Duration, ok bool) {
-	if l.Paced() && l.advertises.Load() {
-		// Paced at the quota it advertises: its pacer lets the held
-		// requests go one after another at that rate, which a spread on
-		// top would only slow. Otherwise the spread keeps them from
-		// returning together.
-		spread = 0
-	}
-	now := time.Now()
-	wait = e.Until.Sub(now) + Uniform(0, spread)
-	if held+wait > patience || !deadline.IsZero() && !now.Add(wait).Before(deadline) {
-		return 0, false
-	}
-	return wait, true
-}
-
 // holdThreshold is the shortest Retry-After that holds its key. A server
 // that asks for 5 s or more has said what the breaker would need seconds
 // of failures to learn, and every request to the key, not only the one

@@ -1,8 +1,6 @@
 package perkey
 
 import (
-	"context"
-	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -79,20 +77,6 @@ func (s *Set) flag() {
 		s.flagged.Store(true)
 	}
 }
-
-// The refusals of Admit and Sleep. The root package turns each into its
-// own error, which names the reason to the caller.
-var (
-	ErrOpen     = errors.New("circuit open")
-	ErrIsolated = errors.New("circuit open: isolated by an operator")
-	ErrSlots    = errors.New("concurrency limit reached")
-	ErrPaced    = errors.New("the key's send rate leaves no room before the deadline")
-)
-
-// HeldError refuses an attempt while the key is held.
-type HeldError struct{ Until time.Time }
-
-func (e *HeldError) Error() string { return "held until " + e.Until.Format(time.RFC3339) }
 
 // Lane is one key's memory: its circuit, its hold, its send rate and
 // attempts in flight, and the previous delay that a policy such as
@@ -194,59 +178,6 @@ func (l *Lane) Key() Key { return l.key }
 // Config returns the configuration of the lane's Set.
 func (l *Lane) Config() Config { return l.set.cfg }
 
-// Limits are what one request's admission is bound by, besides the key's
-// own state.
-type Limits struct {
-	// MaxInFlight is how many attempts to the key may be in flight at
-	// once; 0 means no limit.
-	MaxInFlight int
-	// RefuseInFlight refuses an attempt over MaxInFlight (with ErrSlots)
-	// rather than letting it wait its turn.
-	RefuseInFlight bool
-	// Queue: the request may wait in the key's queue. While the key
-	// recovers, Admit then refuses a newcomer with ErrTurn (it waits its
-	// turn through Wait); without it, the newcomer goes at once, as a
-	// dispatcher that keeps its own queue wants.
-	Queue bool
-}
-
-// Ticket is what Admit hands an attempt, and the only way to record its
-// outcome: pass it to Done exactly once.
-//
-// It is two words, so that the success path hands it around in registers:
-// the circuit's generation at admission, and the pacer's generation the
-// attempt went at with the ticket's flags in its low bits.
-type Ticket struct {
-	gen  uint64
-	pace uint64 // pacer generation << ticketBits | flags
-	at   int64  // with recovFlag: when the attempt went, in Unix nanoseconds
-}
-
-// The flags of a Ticket.
-const (
-	probeFlag  = 1 << iota // a half-open probe: holds one of the probe places
-	pacedFlag              // went through the key's pacer
-	slotFlag               // holds a place among the attempts in flight
-	recovFlag              // let go by the key's recovery: its outcome feeds the rate
-	testFlag               // the one test of a closed key whose requests wait
-	watchFlag              // admitted beside waiters: its success lets them go
-	ticketBits = iota
-)
-
-func (t Ticket) has(f uint64) bool { return t.pace&f != 0 }
-
-// Paced reports that the attempt went through the key's send rate.
-func (t Ticket) Paced() bool     { return t.has(pacedFlag) }
-func (t *Ticket) set(f uint64)   { t.pace |= f }
-func (t Ticket) paceGen() uint64 { return t.pace >> ticketBits }
-func (t *Ticket) setPaceGen(g uint64) {
-	t.pace = g<<ticketBits | t.pace&(1<<ticketBits-1)
-}
-
-// plain reports a ticket that holds nothing: Done of a success need only
-// count it.
-func (t Ticket) plain() bool { return t.pace&(1<<ticketBits-1) == 0 }
-
 // Kind is what an attempt's outcome tells the key's circuit.
 type Kind uint8
 
@@ -281,31 +212,6 @@ const (
 	TooMany                      // the status is 429
 	RetryAfter                   // a usable Retry-After asked for Outcome.Wait
 )
-
-// Admit admits an attempt to the key, or refuses it: with ErrOpen or
-// ErrIsolated while the circuit is open or its probes are taken, with a
-// *HeldError while the key is held, with ErrTurn while the key recovers
-// and others wait (when lim.Queue is set), with ErrSlots when lim refuses
-// over its limit, with ErrPaced when the key's send rate leaves no room
-// before the deadline, and with ctx's error when it ends while the
-// attempt waits its turn for the send rate or a place in flight. A closed
-// circuit with no hold, no pacing, no waiters and no limit admits with
-// one atomic load.
-func (l *Lane) Admit(ctx context.Context, lim Limits) (tk Ticket, trs Transitions, err error) {
-	if w := l.word.Load(); w&fastMask == 0 && lim.MaxInFlight == 0 {
-		tk.gen = w >> stateBits
-		countTo(&l.sent)
-		return tk, trs, nil
-	}
-	return l.admitSlow(ctx, lim)
-}
-
-// admitSlow is Admit past its fast path: the circuit, the hold and the
-// key's waiters first, then the wait for the send rate, then a place in
-// flight.
-func (l *Lane) admitSlow(ctx context.Context, lim Limits) (Ticket, Transitions, error) {
-	return l.admitLoop(ctx, lim, time.Time{}, false)
-}
 
 // Done records the outcome of the attempt that t admitted, frees the probe
 // place and the place in flight that t holds, and returns the changes it
@@ -436,65 +342,6 @@ func (l *Lane) IsOpen() bool {
 // Paced reports whether the key's send rate is limited: its attempts go
 // through its pacer, one after another at its rate.
 func (l *Lane) Paced() bool { return l.word.Load()&pacedBit != 0 }
-
-// closedChan is the opened channel of every open circuit.
-var closedChan = func() chan struct{} {
-	c := make(chan struct{})
-	close(c)
-	return c
-}()
-
-// Sleep waits d before an attempt to the key, ending early with ctx's
-// error when ctx ends, or with ErrOpen when the circuit opens (at once if
-// it is open now). It counts the sleeper, so that the lane does not leave
-// memory under it: a dropped lane would neither wake the sleeper nor
-// refuse its next attempt. It starts no goroutine.
-func (l *Lane) Sleep(ctx context.Context, d time.Duration) error {
-	l.mu.Lock()
-	l.sleepers++
-	if l.opened == nil {
-		l.opened = make(chan struct{})
-	}
-	opened := l.opened
-	l.mu.Unlock()
-	err := sleep(ctx, d, opened)
-	l.mu.Lock()
-	l.sleepers--
-	l.mu.Unlock()
-	return err
-}
-
-// Sleep waits d, or less if ctx ends first (it returns the context's
-// error). It starts no goroutine.
-func Sleep(ctx context.Context, d time.Duration) error { return sleep(ctx, d, nil) }
-
-// sleep waits d, or less if ctx ends first (it returns the context's
-// error) or if opened is closed first (it returns ErrOpen).
-func sleep(ctx context.Context, d time.Duration, opened <-chan struct{}) error {
-	select {
-	case <-opened:
-		return ErrOpen
-	default:
-	}
-	if d <= 0 {
-		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-			// The deadline is now: its timer may not have fired yet, but an
-			// attempt sent at it could not finish.
-			return context.DeadlineExceeded
-		}
-		return ctx.Err()
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-opened:
-		return ErrOpen
-	}
-}
 
 // idle reports that the lane may leave memory: no probe is in flight, no
 // request sleeps toward or waits for the key, no recovery or test is
