@@ -48,18 +48,3 @@ func (l *Lane) heldNow() error {
 	}
 	return nil
 }
-
-// holdThreshold is the shortest Retry-After that holds its key. A server
-// that asks for 5 s or more has said what the breaker would need seconds
-// of failures to learn, and every request to the key, not only the one
-// answered, should wait. A shorter wait paces that one request, which its
-// retry's delay obeys.
-const holdThreshold = 5 * time.Second
-
-// holds reports whether the response holds the whole key until its wait
-// ends: a long wait asked for, never past the clamp; or any wait a 429
-// asks for, since the server refuses the key's requests until then, not
-// only this one's.
-func (o Outcome) holds() bool {
-	return o.Facts&RetryAfter != 0 && o.Wait > 0 && (o.Asked >= holdThreshold || o.Facts&TooMany != 0)
-}

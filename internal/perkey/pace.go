@@ -494,18 +494,3 @@ func (l *Lane) waitPace(ctx context.Context) (uint64, error) {
 	}
 	return gen, err
 }
-
-// Throttled reports a 429 among the adaptive rate's statuses: the host is
-// up and asks for less, so the send rate, not a backoff, spaces the
-// request's retries.
-func (o Outcome) Throttled() bool { return o.Facts&(Throttles|TooMany) == Throttles|TooMany }
-
-// cuts reports whether the response cuts the key's send rate: a status
-// the send rate follows with no usable Retry-After, which is then the
-// server's whole answer; or a 429 with a short one, which says when the
-// next attempt may go, while the rate says how many may. A long one holds
-// the key instead, and its requests return spread, as the server
-// scheduled them.
-func (o Outcome) cuts() bool {
-	return o.Facts&Throttles != 0 && (o.Facts&RetryAfter == 0 || o.Facts&TooMany != 0 && o.Asked < holdThreshold)
-}

@@ -185,3 +185,33 @@ func learnWindows(qs *header.Quotas, prev Advert) {
 		}
 	}
 }
+
+// holdThreshold is the shortest Retry-After that holds its key. A server
+// that asks for 5 s or more has said what the breaker would need seconds
+// of failures to learn, and every request to the key, not only the one
+// answered, should wait. A shorter wait paces that one request, which its
+// retry's delay obeys.
+const holdThreshold = 5 * time.Second
+
+// holds reports whether the response holds the whole key until its wait
+// ends: a long wait asked for, never past the clamp; or any wait a 429
+// asks for, since the server refuses the key's requests until then, not
+// only this one's.
+func (o Outcome) holds() bool {
+	return o.Facts&RetryAfter != 0 && o.Wait > 0 && (o.Asked >= holdThreshold || o.Facts&TooMany != 0)
+}
+
+// Throttled reports a 429 among the adaptive rate's statuses: the host is
+// up and asks for less, so the send rate, not a backoff, spaces the
+// request's retries.
+func (o Outcome) Throttled() bool { return o.Facts&(Throttles|TooMany) == Throttles|TooMany }
+
+// cuts reports whether the response cuts the key's send rate: a status
+// the send rate follows with no usable Retry-After, which is then the
+// server's whole answer; or a 429 with a short one, which says when the
+// next attempt may go, while the rate says how many may. A long one holds
+// the key instead, and its requests return spread, as the server
+// scheduled them.
+func (o Outcome) cuts() bool {
+	return o.Facts&Throttles != 0 && (o.Facts&RetryAfter == 0 || o.Facts&TooMany != 0 && o.Asked < holdThreshold)
+}
