@@ -114,7 +114,11 @@ func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Reason) 
 			// let a probe through, spread as widely as the policy's longest
 			// delay, so that the many callers an open circuit refused do not
 			// come back as one herd when it closes.
-			if c := t.spread(l, later(now, v.OpenUntil)); c.After(at) {
+			base := now
+			if v.OpenUntil.After(now) {
+				base = v.OpenUntil
+			}
+			if c := t.spread(l, base); c.After(at) {
 				at, why = c, ReasonCircuitOpen
 			}
 		}
@@ -151,14 +155,6 @@ func (t *Transport) spread(l *perkey.Lane, base time.Time) time.Time {
 		return base.Add(max(t.s.policy.Delay(64, 0), 0))
 	}
 	return l.Spread(base, w)
-}
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
 }
 
 // wait carries out the wait before the next attempt. For a retry after a
