@@ -18,9 +18,17 @@ import (
 // one run, to a loopback server behind go-chi/httprate (v0.16.1) allowing
 // 500 requests a second, with its X-RateLimit-Limit, -Remaining and -Reset
 // headers and a Retry-After on its 429s. retryhttp's defaults, reading the
-// headers, deliver every request with 429s at most 0.5% of their attempts
-// and finish within 1.1x the ideal 20 s; shown beside the same defaults
-// with the headers unread, go-retryablehttp and failsafe-go.
+// headers, deliver every request, draw at most a tenth of go-retryablehttp's
+// 429s and finish before both peers in the same run; shown beside the same
+// defaults with the headers unread.
+//
+// The bounds are ratios within one run because the run is in wall-clock
+// time on a shared machine. Most runs draw no 429 at all in 21.1 s (1.05x
+// the ideal 20 s), but a stall of the process can let a burst through a
+// sliding window; the 200 attempts in flight are then answered 429 before
+// the first 429 holds the key, which costs up to 2% of the attempts and a
+// second or two. The absolute bounds below leave room for two such
+// episodes, not for pacing that has stopped working.
 func TestHTTPRate(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	const (
@@ -59,8 +67,12 @@ func TestHTTPRate(t *testing.T) {
 
 	got := results[0]
 	assert.Equal(t, requests, got.Delivered, "retryhttp delivers every request")
-	assert.LessOrEqual(t, float64(got.Throttled), 0.005*float64(got.Attempts), "429s at most 0.5%% of retryhttp's attempts")
-	assert.LessOrEqual(t, got.Done, ideal*11/10, "retryhttp within 1.1x the ideal %v", ideal)
+	assert.LessOrEqual(t, float64(got.Throttled), 0.04*float64(got.Attempts), "429s at most 4%% of retryhttp's attempts")
+	assert.LessOrEqual(t, got.Done, ideal*5/4, "retryhttp within 1.25x the ideal %v", ideal)
+	for _, peer := range results[2:] {
+		assert.LessOrEqual(t, 10*got.Throttled, peer.Throttled, "retryhttp draws at most a tenth of %s's 429s", peer.Client)
+		assert.Less(t, got.Done, peer.Done, "retryhttp finishes before %s", peer.Client)
+	}
 	for _, r := range results {
 		assert.Equal(t, r.Requests, r.Delivered+r.GaveUp, "%s: every request ends", r.Client)
 	}
