@@ -44,6 +44,18 @@ func parseCount(v string) (int64, bool) {
 	return n, true
 }
 
+// parseWhole reads a count written as a decimal whose fraction is zero
+// ("100", "100.00": didip/tollbooth v7 formats its X-Rate-Limit-Limit with
+// %.2f), saturating. A fraction that is not zero is malformed: a count of
+// requests has none, and rounding it would be a guess.
+func parseWhole(v string) (int64, bool) {
+	n, frac, ok := parseDecimal(v)
+	if !ok || strings.Trim(frac, "0") != "" {
+		return 0, false
+	}
+	return n, true
+}
+
 // parseDecimal reads 1*DIGIT ["." *DIGIT]: the whole part, saturating at
 // the largest int64, and the digits of the fraction.
 func parseDecimal(v string) (whole int64, frac string, ok bool) {

@@ -231,6 +231,7 @@ const (
 	hXTwLimit    // Twitter/X
 	hXTwRemaining
 	hXTwReset
+	hXTwDuration // didip/tollbooth
 	hXOpenAILimit
 	hXOpenAIRemaining
 	hXOpenAIReset
@@ -257,7 +258,7 @@ var quotaHeaderNames = func() (n [hCount]string) {
 		"x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset",
 		"x-ratelimit-used", "x-ratelimit-resource", "x-ratelimit-reset-after",
 		"x-ratelimit-bucket", "x-ratelimit-delay",
-		"x-rate-limit-limit", "x-rate-limit-remaining", "x-rate-limit-reset",
+		"x-rate-limit-limit", "x-rate-limit-remaining", "x-rate-limit-reset", "x-rate-limit-duration",
 		"x-ratelimit-limit-requests", "x-ratelimit-remaining-requests",
 		"x-ratelimit-reset-requests", "x-shopify-shop-api-call-limit",
 	})
@@ -330,7 +331,8 @@ func (r *quotaReader) value(i int) (string, bool) {
 	return "", false
 }
 
-// count reads header i as a count; -1 when absent, negative or malformed.
+// count reads header i as a count (a zero fraction allowed: parseWhole);
+// -1 when absent, negative or malformed.
 // Negative counts are the -1 that Azure OpenAI sends for a limit it does
 // not track in OpenAI's headers
 // (https://learn.microsoft.com/en-us/answers/questions/5625878/azure-openai-responses-api-x-ratelimit-headers-val),
@@ -338,7 +340,7 @@ func (r *quotaReader) value(i int) (string, bool) {
 // Retry-After already holds the key.
 func (r *quotaReader) count(i int) int64 {
 	v, _ := r.value(i)
-	if n, ok := parseCount(v); ok {
+	if n, ok := parseWhole(v); ok {
 		return n
 	}
 	return -1
@@ -350,6 +352,29 @@ func (r *quotaReader) serverTime() time.Time {
 		r.server, r.dated = serverNow(r.h, r.now), true
 	}
 	return r.server
+}
+
+// resetAt reads a reset field that holds a Unix time, seconds until the
+// reset or an HTTP date (see parseDate), and records it on q. A number
+// below half the server's clock in Unix seconds is delta seconds: as a
+// Unix time it would be decades past, no instant a server could mean for
+// a window still running (Unipile and throttled/throttled v2 send a
+// delta under X-RateLimit-Reset, unmarked), while a delta that large is
+// decades ahead, past any clamp. A larger number is a Unix time, and a
+// date an instant, both measured on the server's clock. An unreadable
+// value leaves q as it was.
+func (r *quotaReader) resetAt(q *Policy, v string) {
+	sec, nsec, ok := parseSeconds(v)
+	switch {
+	case ok && sec < r.serverTime().Unix()/2:
+		r.setReset(q, satSeconds(sec, nsec))
+	case ok:
+		r.setReset(q, r.epoch(sec, nsec))
+	default:
+		if t, ok := parseDate(v); ok {
+			r.setReset(q, t.Sub(r.serverTime()))
+		}
+	}
 }
 
 // epoch returns the time until a Unix time read by parseSeconds, measured

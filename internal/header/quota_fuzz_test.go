@@ -30,6 +30,9 @@ func FuzzQuotas(f *testing.F) {
 		{"x-ratelimit-limit-requests\nx-ratelimit-remaining-requests\nx-ratelimit-reset-requests", "60\n0\n2m59.56s"},
 		{"anthropic-ratelimit-requests-remaining\nanthropic-ratelimit-requests-reset", "0\n2026-03-04T05:06:08Z"},
 		{"X-Shopify-Shop-Api-Call-Limit\nx-ms-ratelimit-remaining-tenant-reads", "39/40\n-1"},
+		{"X-RateLimit-Limit\nX-RateLimit-Remaining\nX-RateLimit-Reset\nRetry-After", "11\n0\n1\n1"},
+		{"X-RateLimit-Limit\nX-RateLimit-Reset\nDate", "100\n" + qtNow.Add(time.Second).Format(time.RFC1123) + "\n" + qtNow.Format(time.RFC1123Z)},
+		{"X-Rate-Limit-Limit\nX-Rate-Limit-Duration\nRateLimit-Limit\nRateLimit-Remaining\nRateLimit-Reset", "100.00\n1\n100\n9\n1"},
 		{"RateLimit\nRateLimit", `"a";r=1;d=%"%c3%a9";e=@-5;f=(1 "x");g=?0` + "\n" + `b;r=2`},
 	} {
 		f.Add(seed.names, seed.values, qtNow.Unix(), int64(qtMax))

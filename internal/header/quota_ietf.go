@@ -53,9 +53,7 @@ func (r *quotaReader) readIETF() {
 	q.Remaining = r.count(hRateLimitRemaining)
 	gitlab := r.keys[hRateLimitObserved] != "" || r.keys[hRateLimitResetTime] != ""
 	if v, _ := r.value(hRateLimitReset); gitlab {
-		if sec, nsec, ok := parseSeconds(v); ok {
-			r.setReset(&q, r.epoch(sec, nsec))
-		}
+		r.resetAt(&q, v)
 		if q.Limit >= 0 && q.Window == 0 {
 			q.Window = time.Minute
 		}

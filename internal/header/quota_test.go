@@ -156,9 +156,51 @@ var quotaRows = []struct {
 	{"httprate/unix_reset", qtHeader("X-RateLimit-Limit", "100", "X-RateLimit-Remaining", "99", "X-RateLimit-Reset", qtEpoch(60*qtS)),
 		[]Policy{qtQ(100, 0, 99, 60*qtS)}},
 	// Unipile sends a delta, unmarked (https://developer.unipile.com/v2.0/reference/rate-limit):
-	// read as a Unix time it is in 1970, so now.
-	{"x/unmarked_delta_is_past", qtHeader("X-RateLimit-Limit", "50", "X-RateLimit-Remaining", "12", "X-RateLimit-Reset", "24"),
-		[]Policy{qtQ(50, 0, 12, 0)}},
+	// no Unix time is that small, so it is delta seconds.
+	{"x/unmarked_delta", qtHeader("X-RateLimit-Limit", "50", "X-RateLimit-Remaining", "12", "X-RateLimit-Reset", "24"),
+		[]Policy{qtQ(50, 0, 12, 24*qtS)}},
+	{"x/unmarked_delta_zero", qtHeader("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "0"), []Policy{qtQ(-1, 0, 0, 0)}},
+	{"x/largest_delta", qtHeader("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", strconv.FormatInt(qtNow.Unix()/2-1, 10)),
+		[]Policy{qtQ(-1, 0, 0, time.Duration(qtNow.Unix()/2-1)*qtS)}},
+	{"x/oldest_unix_time_is_past", qtHeader("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", strconv.FormatInt(qtNow.Unix()/2, 10)),
+		[]Policy{qtQ(-1, 0, 0, 0)}},
+	// The real middlewares' header sets, as their sources write them.
+	// throttled/throttled v2.15.0 (http.go), GCRA with a burst of 10: the
+	// limit is the burst plus one, the reset seconds until the bucket is
+	// full, rounded up.
+	{"throttled/gcra", qtHeader("X-RateLimit-Limit", "11", "X-RateLimit-Remaining", "9", "X-RateLimit-Reset", "1"),
+		[]Policy{qtQ(11, 0, 9, 1*qtS)}},
+	{"throttled/gcra_refused", qtHeader("X-RateLimit-Limit", "11", "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "1",
+		"Retry-After", "1"),
+		[]Policy{qtQ(11, 0, 0, 1*qtS)}},
+	// sethvargo/go-limiter v0.7.1 (httplimit): the reset a time.RFC1123
+	// date in UTC.
+	{"golimiter/utc_date", qtHeader("X-RateLimit-Limit", "100", "X-RateLimit-Remaining", "42",
+		"X-RateLimit-Reset", qtNow.Add(2*qtS).Format(time.RFC1123)),
+		[]Policy{qtQ(100, 0, 42, 2*qtS)}},
+	{"x/numeric_zone_date", qtHeader("X-RateLimit-Remaining", "0",
+		"X-RateLimit-Reset", qtNow.Add(3*qtS).In(time.FixedZone("", -5*3600)).Format(time.RFC1123Z)),
+		[]Policy{qtQ(-1, 0, 0, 3*qtS)}},
+	{"x/unknown_zone_date_ignored", qtHeader("X-RateLimit-Remaining", "0",
+		"X-RateLimit-Reset", qtNow.Add(3*qtS).Format("Mon, 02 Jan 2006 15:04:05")+" EST"),
+		[]Policy{qtQ(-1, 0, 0, -1)}},
+	// ulule/limiter v3.11.2 (drivers/middleware/stdlib): a fixed window,
+	// the reset a Unix time.
+	{"ulule/fixed_window", qtHeader("X-RateLimit-Limit", "100", "X-RateLimit-Remaining", "57", "X-RateLimit-Reset", qtEpoch(1*qtS)),
+		[]Policy{qtQ(100, 0, 57, 1*qtS)}},
+	// didip/tollbooth v7.0.2 (tollbooth.go), a token bucket of 100 a
+	// second with a burst of 10: RateLimit-Limit is the rate,
+	// RateLimit-Remaining what the burst has left, RateLimit-Reset always
+	// 1; X-Rate-Limit-Limit the rate with two decimals, its window in
+	// X-Rate-Limit-Duration.
+	{"tollbooth/bucket", qtHeader("X-Rate-Limit-Limit", "100.00", "X-Rate-Limit-Duration", "1",
+		"X-Rate-Limit-Request-Remote-Addr", "127.0.0.1:40000",
+		"RateLimit-Limit", "100", "RateLimit-Reset", "1", "RateLimit-Remaining", "9"),
+		[]Policy{qtQ(100, 0, 9, 1*qtS), qtQ(100, 1*qtS, -1, -1)}},
+	{"x/fractional_limit_refused", qtHeader("X-Rate-Limit-Limit", "2.5", "X-Rate-Limit-Remaining", "1.0"),
+		[]Policy{qtQ(-1, 0, 1, -1)}},
+	{"x/duration_without_limit_ignored", qtHeader("X-Rate-Limit-Duration", "1", "X-Rate-Limit-Remaining", "3"),
+		[]Policy{qtQ(-1, 0, 3, -1)}},
 	// The first drafts under an X- prefix: the limit lists policies, the reset
 	// is a delta (https://developer.whoop.com/docs/developing/rate-limiting).
 	{"x/draft_policies_mean_delta", qtHeader("X-RateLimit-Limit", "100, 100;window=60, 10000;window=86400",

@@ -23,14 +23,13 @@ import (
 // X-RateLimit-Reset-After, delta seconds, takes precedence over its Unix
 // time (https://discord.com/developers/docs/topics/rate-limits).
 //
-// Elsewhere nothing tells, and the value's size is not the rule. Read as a
-// Unix time, a delta (Unipile sends one, unmarked) is an instant of 1970:
-// past, so the reset is now; the key is not held, and a 429 with its
-// Retry-After still stops it, as if the header were absent. Read as a
-// delta, a Unix time is 56 years, clamped: a key with requests left would
-// be paced at one request per clamp, and held for the clamp at zero. The
-// first mistake costs what a missing header costs; the second stalls a
-// healthy key. So a Unix time it is.
+// Elsewhere no marker tells, but the value does: a number below half the
+// server's clock in Unix seconds is no Unix time a server could mean for
+// a running window, and is delta seconds (Unipile, and throttled/throttled v2, whose
+// reset is the time until its bucket is full). A larger one is a Unix
+// time; a date (sethvargo/go-limiter v0.7.1 sends time.RFC1123 in UTC)
+// is read as parseDate reads it. Twitter/X's X-Rate-Limit-Reset and
+// GitLab's RateLimit-Reset are read the same way.
 //
 // Azure DevOps counts X-RateLimit-* in TSTUs, not requests, and marks its
 // responses with X-RateLimit-Delay
@@ -55,8 +54,8 @@ func (r *quotaReader) readXRateLimit() {
 		if v, _ := r.value(hXReset); q.Reset < 0 {
 			if sec, nsec, ok := parseSeconds(v); ok && listed {
 				r.setReset(&q, satSeconds(sec, nsec))
-			} else if ok {
-				r.setReset(&q, r.epoch(sec, nsec))
+			} else {
+				r.resetAt(&q, v)
 			}
 		}
 		if q.Partition, _ = r.value(hXResource); q.Partition == "" {
@@ -67,8 +66,13 @@ func (r *quotaReader) readXRateLimit() {
 	q := unknownQuota()
 	q.Limit, q.Remaining = r.count(hXTwLimit), r.count(hXTwRemaining)
 	if v, _ := r.value(hXTwReset); v != "" {
-		if sec, nsec, ok := parseSeconds(v); ok {
-			r.setReset(&q, r.epoch(sec, nsec))
+		r.resetAt(&q, v)
+	}
+	if v, _ := r.value(hXTwDuration); v != "" && q.Limit > 0 {
+		// didip/tollbooth v7 sends its window in a field of its own,
+		// in seconds.
+		if sec, nsec, ok := parseSeconds(v); ok && (sec > 0 || nsec > 0) {
+			q.Window = satSeconds(sec, nsec)
 		}
 	}
 	r.add(q)

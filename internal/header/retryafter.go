@@ -10,7 +10,7 @@ import (
 
 // parseRetryAfter returns the wait that a Retry-After value (RFC 9110
 // §10.2.3) asks for, measured from now. It accepts delta-seconds and the
-// three HTTP-date formats that http.ParseTime reads. ok is false for an
+// dates parseDate reads. ok is false for an
 // empty, negative, unparsable or past value, so that the policy decides
 // instead. A number of seconds too large for a time.Duration yields the
 // largest Duration, never an overflow.
@@ -19,11 +19,11 @@ func parseRetryAfter(v string, now time.Time) (d time.Duration, ok bool) {
 	if v == "" {
 		return 0, false
 	}
-	if v[0] >= '0' && v[0] <= '9' {
-		return parseDeltaSeconds(v)
+	if d, ok := parseDeltaSeconds(v); ok {
+		return d, true
 	}
-	t, err := http.ParseTime(v)
-	if err != nil {
+	t, ok := parseDate(v)
+	if !ok {
 		return 0, false
 	}
 	d = t.Sub(now)
@@ -80,12 +80,42 @@ func RetryAfter(h http.Header, now time.Time, maxWait time.Duration) Wait {
 // HTTP caches correct for skew with Date (RFC 9111 §4.2.3).
 func serverNow(h http.Header, now time.Time) time.Time {
 	if v := h.Get("Date"); v != "" {
-		if d, err := http.ParseTime(v); err == nil {
+		if d, ok := parseDate(v); ok {
 			return d
 		}
 	}
 	return now
 }
+
+// parseDate reads an HTTP date (the three formats http.ParseTime reads,
+// RFC 9110 §5.6.7), and, leniently where the instant is still
+// unambiguous, the forms real servers send in its place: the IMF-fixdate
+// with "UTC" for "GMT" (sethvargo/go-limiter v0.7.1 formats its
+// X-RateLimit-Reset and Retry-After with time.RFC1123 in UTC), with a
+// numeric zone (time.RFC1123Z), and RFC 3339. A zone given by any other
+// name is refused: time.Parse would read an abbreviation it does not know
+// as UTC, whatever the zone meant.
+func parseDate(v string) (t time.Time, ok bool) {
+	var err error
+	switch {
+	case v == "":
+		return time.Time{}, false
+	case isDigit(v[0]):
+		// No HTTP date starts with a digit.
+		t, err = time.Parse(time.RFC3339Nano, v)
+	case strings.HasSuffix(v, " UTC"):
+		t, err = time.Parse(imfFixdateUTC, v)
+	case len(v) > 5 && (v[len(v)-5] == '+' || v[len(v)-5] == '-'):
+		t, err = time.Parse(time.RFC1123Z, v)
+	default:
+		t, err = http.ParseTime(v)
+	}
+	return t, err == nil
+}
+
+// imfFixdateUTC is http.TimeFormat with "UTC" for "GMT", as time.RFC1123
+// formats a time in UTC; the zone is matched literally.
+const imfFixdateUTC = "Mon, 02 Jan 2006 15:04:05 UTC"
 
 // WithSpread returns the wait plus a spread drawn uniformly from
 // [0, spread), so that clients told the same instant do not return at the

@@ -68,6 +68,24 @@ func fzAllDigits(s string) bool {
 	return s != "" && strings.TrimLeft(s, "0123456789") == ""
 }
 
+// fzDate reads the dates the package documents, each layout tried in
+// turn: the three HTTP-date formats; the IMF-fixdate in UTC, as
+// time.RFC1123 writes it; with a numeric zone; RFC 3339.
+func fzDate(v string) (time.Time, bool) {
+	if t, err := http.ParseTime(v); err == nil {
+		return t, true
+	}
+	if t, err := time.Parse(time.RFC1123, v); err == nil && strings.HasSuffix(v, " UTC") && t.Location() == time.UTC {
+		return t, true
+	}
+	for _, layout := range []string{time.RFC1123Z, time.RFC3339Nano} {
+		if t, err := time.Parse(layout, v); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
+}
+
 // fzWantRetryAfter is what parseRetryAfter must make of v at now, computed
 // independently of it (RFC 9110 §10.2.3 and the package's doc): delta-seconds
 // as an exact number of seconds saturating at the largest Duration, an
@@ -78,10 +96,7 @@ func fzWantRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
-	if v[0] >= '0' && v[0] <= '9' {
-		if !fzAllDigits(v) {
-			return 0, false // a sign, a fraction or a unit
-		}
+	if fzAllDigits(v) {
 		digits := strings.TrimLeft(v, "0")
 		switch {
 		case digits == "":
@@ -92,8 +107,8 @@ func fzWantRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		n, _ := new(big.Int).SetString(digits, 10)
 		return fzSaturate(n.Mul(n, big.NewInt(int64(time.Second)))), true
 	}
-	t, err := http.ParseTime(v)
-	if err != nil {
+	t, ok := fzDate(v)
+	if !ok {
 		return 0, false
 	}
 	diff := new(big.Int).Mul(big.NewInt(t.Unix()-now.Unix()), big.NewInt(int64(time.Second)))
@@ -114,6 +129,9 @@ func FuzzRetryAfter(f *testing.F) {
 	f.Add("120", "", day, uint32(0), int64(30*time.Second), int64(time.Second))
 	f.Add("Sun, 06 Nov 1994 08:49:37 GMT", "5", day, uint32(0), int64(30*time.Second), int64(0))
 	f.Add("9223372037", "", day, uint32(0), int64(math.MaxInt64), int64(math.MaxInt64))
+	f.Add("Sun, 06 Nov 1994 08:49:37 UTC", "", day, uint32(0), int64(30*time.Second), int64(0))
+	f.Add("Sun, 06 Nov 1994 09:49:37 +0100", "", day, uint32(0), int64(30*time.Second), int64(0))
+	f.Add("1994-11-06T08:49:37.5Z", "", day, uint32(0), int64(30*time.Second), int64(0))
 	f.Fuzz(func(t *testing.T, v, v2 string, nowSec int64, nowNsec uint32, maxWait, spread int64) {
 		now := fzNow(nowSec, nowNsec)
 		mw, sp := fzNonNeg(maxWait), fzNonNeg(spread)
