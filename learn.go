@@ -46,7 +46,7 @@ func (r *retrier) applyQuota(resp *http.Response) {
 		return
 	}
 	l := r.laneOf()
-	a, trs := l.Advertise(now, &qs, len(h["Retry-After"]) == 0 && len(h["Retry-After-Ms"]) == 0)
+	a, trs := l.Advertise(now, &qs, len(h["Retry-After"]) == 0 && len(h["Retry-After-Ms"]) == 0, resp.StatusCode < 400)
 	if !a.HoldUntil.IsZero() {
 		r.t.stats.quota.held.Add(1)
 	}

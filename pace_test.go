@@ -144,7 +144,15 @@ func TestPaceEdges(t *testing.T) {
 		tr := New(next, WithBudget(nil))
 		l := tr.lanes.Lane(keyOf(mustParse(t, testURL)))
 		l.Done(perkey.Ticket{}, perkey.Outcome{Facts: perkey.Throttles}) // paced from now, at 10/s
-		_, _, err := l.Admit(t.Context(), perkey.Limits{})               // takes the first release
+		// A success and a paced attempt throttled: the server held the key
+		// to its rate, which a request may then be refused on.
+		tk, _, err := l.Admit(t.Context(), perkey.Limits{})
+		require.NoError(t, err)
+		l.Done(tk, perkey.Outcome{Kind: perkey.Success})
+		tk, _, err = l.Admit(t.Context(), perkey.Limits{})
+		require.NoError(t, err)
+		l.Done(tk, perkey.Outcome{Facts: perkey.Throttles})
+		_, _, err = l.Admit(t.Context(), perkey.Limits{}) // takes the first release
 		require.NoError(t, err)
 
 		ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)

@@ -181,8 +181,10 @@ type BatchResult struct {
 	PerBucket []int   // attempts sent per 100 ms from t = 0, to the last non-empty bucket
 	Passes    int     // calls to the client: each request's first, and one per requeue
 	// CallErrors counts calls that returned an error rather than a
-	// response; ErrSample is one of them.
+	// response; ErrSample is one of them. Unsent counts those of them
+	// that sent no attempt: the client refused the request unsent.
 	CallErrors int
+	Unsent     int
 	ErrSample  string
 	// Advice counts what RetryAt answered to failed calls, for retryhttp;
 	// ReasonNone counts the zero instants the batch's backoff replaced.
@@ -223,12 +225,13 @@ func RunBatch(cl BatchClient, base http.RoundTripper, url string, c BatchConfig)
 	defer client.CloseIdleConnections()
 
 	type outcome struct {
-		id   int
-		ok   bool
-		at   time.Duration // when the call returned, from t = 0
-		next time.Time     // when due again, if not ok
-		why  retryhttp.Reason
-		err  error
+		id     int
+		ok     bool
+		unsent bool          // an error, and no attempt sent
+		at     time.Duration // when the call returned, from t = 0
+		next   time.Time     // when due again, if not ok
+		why    retryhttp.Reason
+		err    error
 	}
 	ready := make(chan int)
 	back := make(chan outcome, c.Workers)
@@ -246,8 +249,10 @@ func RunBatch(cl BatchClient, base http.RoundTripper, url string, c BatchConfig)
 					panic(err) // the URL is ours
 				}
 				req.Header.Set(deliveryHeader, strconv.Itoa(id))
+				sent := w.perReq[id].Load()
 				resp, err := client.Do(req)
 				o := outcome{id: id, ok: err == nil && resp.StatusCode == http.StatusOK, err: err}
+				o.unsent = err != nil && w.perReq[id].Load() == sent
 				if !o.ok {
 					if bt.RetryAt != nil {
 						// Asked when the failure comes back, before the
@@ -311,6 +316,9 @@ func RunBatch(cl BatchClient, base http.RoundTripper, url string, c BatchConfig)
 				continue
 			case o.err != nil:
 				r.CallErrors++
+				if o.unsent {
+					r.Unsent++
+				}
 				if r.ErrSample == "" {
 					r.ErrSample = o.err.Error()
 				}

@@ -145,7 +145,8 @@ type Lane struct {
 	// The requests waiting for the key to recover (see wait.go), the timer
 	// that lets the next go, the recovery under way, and the test of a
 	// closed key whose requests wait. Guarded by mu.
-	adv     Advert // the latest quota advertised; guarded by mu
+	adv     Advert   // the latest quota advertised; guarded by mu
+	seen    evidence // what the key's answers showed of its quotas; guarded by mu
 	queue   queue
 	timer   *time.Timer
 	timerAt time.Time

@@ -45,7 +45,8 @@ type pacer struct {
 	throttles uint64        // guarded by mu
 	admitted  tally         // successes of paced attempts; guarded by mu
 	flat      bool          // the curve since the latest cut is the flat one (see flatShare); guarded by mu
-	heldFrom  time.Time     // when the latest Retry-After's hold began (it ends at cutAt); guarded by mu
+	heldFrom  time.Time     // when the latest Retry-After's hold began; guarded by mu
+	heldTo    time.Time     // and when it ended (cutAt, unless refute moved the curve); guarded by mu
 	settled   bool          // the end of the latest Retry-After's hold has been looked at (see settleLocked); guarded by mu
 	// The key's lane's birth and its count of successes since (see
 	// burstRateLocked); nil early for none. Set before the pacer is
@@ -71,6 +72,17 @@ func newPacer(now time.Time) *pacer {
 // the key has throttled, and never more than the quota it advertises.
 // Called with mu held.
 func (p *pacer) rateAtLocked(now time.Time) float64 {
+	r := p.curveLocked(now)
+	if p.quotaOnLocked(now) {
+		r = math.Min(r, p.quota)
+	}
+	return r
+}
+
+// curveLocked returns the adaptive rate at now, which throttles set:
+// what the key was refused at, never what a server only advertised.
+// Called with mu held.
+func (p *pacer) curveLocked(now time.Time) float64 {
 	r := 2.0 * unpaceAt // nothing limits it
 	if p.throttles > 0 {
 		t := now.Sub(p.cutAt).Seconds()
@@ -95,9 +107,6 @@ func (p *pacer) rateAtLocked(now time.Time) float64 {
 		default:
 			r = cubic(p.wmax, t)
 		}
-	}
-	if p.quotaOnLocked(now) {
-		r = math.Min(r, p.quota)
 	}
 	return r
 }
@@ -315,6 +324,9 @@ func (p *pacer) throttle(now, from time.Time, gen uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if gen != p.gen || (p.okGen != p.gen && p.throttles > 0) || (from.After(now) && p.quotaOnLocked(now)) {
+		// It cuts nothing, but a hold it came with kept the key from
+		// sending all the same.
+		p.noteHoldLocked(now, from)
 		return
 	}
 	// The rate throttled: read before the count, which puts a pacer that
@@ -336,8 +348,9 @@ func (p *pacer) throttle(now, from time.Time, gen uint64) {
 		if p.flat = from.After(now); p.flat {
 			// A pacer younger than the second has in its tally only the
 			// successes since it began; the key's first burst may hold
-			// more.
-			ok := p.admitted.rate(now, time.Second)
+			// more. A hold within the second is left out: the key
+			// sent nothing then, which says nothing of the server.
+			ok := p.admitted.rateBeside(now, time.Second, p.heldFrom, p.heldTo)
 			if a, known := p.burstRateLocked(now, from); known {
 				ok = max(ok, a)
 			}
@@ -350,13 +363,51 @@ func (p *pacer) throttle(now, from time.Time, gen uint64) {
 		p.flat = from.After(now)
 	}
 	if from.After(now) {
-		p.heldFrom, p.settled = now, false
+		p.noteHoldLocked(now, from)
+		p.settled = false
 	}
 	p.gen++
 	// The curve starts when the next attempt may go: after the hold a
 	// Retry-After put on the key, if any.
 	p.cutAt = later(now, from)
 	p.setRateLocked(now)
+}
+
+// refute drops the advertised quota at now, when the server was seen to
+// admit more than it says (see evidence), and has the rate find what the
+// server admits: slow start from the rate it admitted over the past
+// second (at least slowStartRate), until the next throttle. The curve the
+// key followed goes too: it was set around what a window of the refuted
+// size admits (see throttle), and would take minutes to climb to a rate
+// the server admitted within one window. Answers to attempts sent before
+// now cut nothing (a new generation).
+func (p *pacer) refute(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.quota, p.quotaLeft = 0, 0
+	p.throttles, p.wmax, p.flat = max(p.throttles, 1), 0, false
+	p.gen++
+	// Slow start's rate at t is slowStartRate·2^(t/slowStartStep): the
+	// curve starts at the admitted rate, when the key may next send (after
+	// a hold under way).
+	a := math.Max(p.admitted.rateBeside(now, time.Second, p.heldFrom, p.heldTo), slowStartRate)
+	p.cutAt = later(now, p.heldTo).Add(-time.Duration(math.Log2(a/slowStartRate) * float64(slowStartStep)))
+	p.setRateLocked(now)
+	p.scheduleLocked(now)
+}
+
+// noteHoldLocked records a hold from now until from that a throttle came
+// with (none when from is not after now): what the server admitted is
+// counted beside it, as the key sent nothing then. A hold that extends
+// the one recorded keeps its start. Called with mu held.
+func (p *pacer) noteHoldLocked(now, from time.Time) {
+	switch {
+	case !from.After(now):
+	case now.Before(p.heldTo):
+		p.heldTo = later(p.heldTo, from)
+	default:
+		p.heldFrom, p.heldTo = now, from
+	}
 }
 
 // wait waits until the key's rate lets one more attempt go, and returns
@@ -374,7 +425,7 @@ func (p *pacer) wait(ctx context.Context) (uint64, error) {
 		return gen, nil
 	}
 	if dl, ok := ctx.Deadline(); ok {
-		if !now.Add(p.aheadLocked(now, p.queue.len()+1)).Before(dl) {
+		if ahead, known := p.observedAheadLocked(now, p.queue.len()+1); known && !now.Add(ahead).Before(dl) {
 			p.mu.Unlock()
 			return 0, ErrPaced
 		}
@@ -395,6 +446,27 @@ func (p *pacer) wait(ctx context.Context) (uint64, error) {
 // line. Called with mu held.
 func (p *pacer) handOnLocked(*waiter) { p.queue.letNext(p.gen) }
 
+// observedAheadLocked is aheadLocked at a rate the server was seen to
+// hold the key to: the curve around the rate at which a paced attempt was
+// throttled (wmax), or what the server admitted over the past
+// admittedSpan when that was more. known is false for any other rate: one
+// a server only advertised is a reading of its headers, which the same
+// names make ambiguous (a burst, a rate, a window), and slow start's is a
+// probe that the server has not yet refused. A request is never handed
+// back unsent on those; it waits its turn instead. Called with mu held.
+func (p *pacer) observedAheadLocked(now time.Time, k int) (d time.Duration, known bool) {
+	if p.wmax == 0 {
+		return 0, false
+	}
+	p.setRateLocked(now)
+	k -= int(p.lim.TokensAt(now))
+	if k <= 0 {
+		return 0, true
+	}
+	r := math.Max(p.curveLocked(now), p.admitted.rate(now, admittedSpan))
+	return time.Duration(float64(k) / r * float64(time.Second)), true
+}
+
 // aheadLocked estimates how long the releases of k more attempts take:
 // none for those the bucket holds tokens for; the rest at the current rate
 // once it follows CUBIC (close to flat) or the advertised quota, and along
@@ -410,6 +482,12 @@ func (p *pacer) aheadLocked(now time.Time, k int) time.Duration {
 		// Flat: CUBIC's curve near its rate, or the advertised quota.
 		return time.Duration(float64(k) / p.rateAtLocked(now) * float64(time.Second))
 	}
+	return p.slowStartAheadLocked(now, k)
+}
+
+// slowStartAheadLocked is how long slow start's doubling curve takes to
+// release k attempts from now. Called with mu held.
+func (p *pacer) slowStartAheadLocked(now time.Time, k int) time.Duration {
 	td := slowStartStep.Seconds()
 	t0 := now.Sub(p.cutAt).Seconds()
 	// The releases from t0 to t0+T number ∫ R0·2^(t/td) dt.

@@ -18,6 +18,7 @@ func TestPaceEdges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := NewSet(defaults()).Lane(Key{Host: "k"})
 		l.Done(Ticket{}, Outcome{Facts: Throttles}) // paced from now, at 10/s
+		throttledPaced(t, l)
 		l.pace.Load().lim.AllowN(time.Now(), 1)
 
 		ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
@@ -35,7 +36,7 @@ func TestPaceEdges(t *testing.T) {
 		cancel()
 		require.ErrorIs(t, <-done, context.Canceled)
 
-		time.Sleep(10 * time.Second) // slow start has long passed 10,000/s
+		time.Sleep(time.Minute) // the curve has long passed 10,000/s
 		tk, _, err := l.Admit(t.Context(), Limits{})
 		require.NoError(t, err)
 		l.Done(tk, Outcome{Kind: Success})
@@ -255,6 +256,7 @@ func TestLaneInFlightPaths(t *testing.T) {
 		require.NoError(t, err)
 		l.Done(tk, Outcome{Facts: Throttles | TooMany}) // paced from now, at 10/s
 		assert.Zero(t, l.inFlight(), "a throttled attempt")
+		throttledPaced(t, l)
 		l.pace.Load().lim.AllowN(time.Now(), 1) // the bucket's one token
 		ctx, cancel := context.WithTimeout(t.Context(), time.Millisecond)
 		_, _, err = l.Admit(ctx, Limits{})
@@ -289,4 +291,77 @@ func TestReadsQuota(t *testing.T) {
 	assert.False(t, l.ReadsQuota(), "past them")
 	l.advertise(Advert{At: time.Now(), N: 1})
 	assert.True(t, l.ReadsQuota(), "a key that advertised a quota")
+}
+
+// A rate a server only advertised never hands a request back unsent: with
+// one request a second advertised and its token spent, a request whose
+// deadline is half a second away waits its turn and ends with its
+// context. Once a paced attempt has been throttled, the rate is one the
+// server held the key to, and the same request is refused at once.
+func TestPaceRefusesOnlyOnObservedRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := NewSet(defaults()).Lane(Key{Host: "k"})
+		l.advertise(Advert{At: time.Now(), Rate: 1, Left: 1, For: time.Minute})
+		tk, _, err := l.Admit(t.Context(), Limits{})
+		require.NoError(t, err, "the token the quota left")
+		l.Done(tk, Outcome{Kind: Success})
+
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		_, _, err = l.Admit(ctx, Limits{})
+		cancel()
+		require.ErrorIs(t, err, context.DeadlineExceeded, "waited: the rate was only advertised")
+		assert.Equal(t, 500*time.Millisecond, time.Since(start))
+
+		tk, _, err = l.Admit(t.Context(), Limits{})
+		require.NoError(t, err)
+		l.Done(tk, Outcome{Facts: Throttles}) // a paced attempt throttled
+		start = time.Now()
+		ctx, cancel = context.WithTimeout(t.Context(), 500*time.Millisecond)
+		_, _, err = l.Admit(ctx, Limits{})
+		cancel()
+		require.ErrorIs(t, err, ErrPaced, "the server held the key to its rate")
+		assert.Zero(t, time.Since(start), "refused at once")
+	})
+}
+
+// throttledPaced has a paced key's server hold it to its rate: a success
+// at the pacer's generation, then a paced attempt throttled, so that the
+// rate is one the server was seen to refuse beyond (a request may then be
+// refused unsent when the queue cannot meet its deadline).
+func throttledPaced(t *testing.T, l *Lane) {
+	t.Helper()
+	tk, _, err := l.Admit(t.Context(), Limits{})
+	require.NoError(t, err)
+	l.Done(tk, Outcome{Kind: Success})
+	tk, _, err = l.Admit(t.Context(), Limits{})
+	require.NoError(t, err)
+	l.Done(tk, Outcome{Facts: Throttles})
+	p := l.pace.Load()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	require.Positive(t, p.wmax, "throttled while paced")
+}
+
+// A hold that came with a throttle the pacer ignored (a 429 to an attempt
+// sent before the current rate) still kept the key from sending: at the
+// next cut, what the server admitted is counted beside it. 50 successes
+// in the 100 ms after a 1 s hold read as 500 a second, not 51.
+func TestPaceCountsBesideAnIgnoredThrottlesHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPacer(time.Now())
+		p.throttles, p.gen = 1, 1 // in slow start, at generation 1
+		p.success(time.Now(), 0, false) // the first burst's one success
+		p.throttle(time.Now(), time.Now().Add(time.Second), 0)
+		require.Equal(t, uint64(1), p.throttles, "generation 0's throttle cuts nothing")
+		time.Sleep(time.Second)
+		for range 50 {
+			p.success(time.Now(), 1, true)
+			time.Sleep(2 * time.Millisecond)
+		}
+		p.throttle(time.Now(), time.Now().Add(time.Second), 1)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		assert.Greater(t, p.wmax, 200.0, "the held second is left out of the admitted rate")
+	})
 }

@@ -50,9 +50,20 @@ const quotaHold = time.Second
 // back itself (mayHold false: Retry-After wins); and the rate the policies
 // sustain, at quotaShare of it, caps the key's send rate, with the
 // requests left as the burst. A policy that does not say its window has it
-// learned from the key's previous answers (see learnWindows).
-func (l *Lane) Advertise(now time.Time, qs *header.Quotas, mayHold bool) (Advert, Transitions) {
-	learnWindows(qs, l.advertised())
+// learned from the key's previous answers (see learnWindows). served
+// reports a response the server's limiter let through (not a 429): the
+// count that checks each policy against what the server admits (see
+// evidence); a policy the server has been seen to exceed is dropped.
+func (l *Lane) Advertise(now time.Time, qs *header.Quotas, mayHold, served bool) (Advert, Transitions) {
+	l.mu.Lock()
+	refuted := l.seen.check(qs, served)
+	learnWindows(qs, l.adv)
+	l.mu.Unlock()
+	if refuted {
+		if p := l.pace.Load(); p != nil {
+			p.refute(now)
+		}
+	}
 	a := Advert{At: now, N: qs.Len()}
 	if rate, burst, ok := qs.Rate(); ok {
 		a.Rate, a.Left = quotaShare*rate, burst
@@ -106,13 +117,6 @@ func (l *Lane) advertise(a Advert) Transitions {
 		p.advertise(a.At, a.Rate, left, sending, a.At.Add(a.For+quotaHold))
 	}
 	return trs
-}
-
-// advertised returns the latest quota the key advertised.
-func (l *Lane) advertised() Advert {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.adv
 }
 
 // quotaFirst: a key's first successes, this many, are all read for a
@@ -184,6 +188,117 @@ func learnWindows(qs *header.Quotas, prev Advert) {
 			break
 		}
 	}
+}
+
+// evidence checks each quota policy a key's headers advertise without a
+// window against what the server was seen to admit. Such a policy reads
+// as "Limit requests per window, the window ending at the reset": every
+// answer of one window carries the same reset instant on the server's
+// clock, so the answers the limiter let through with that instant count
+// what the window admitted, and their least remaining says how far into
+// the window the server had counted. Header names do not say what they
+// count: throttled/throttled's X-RateLimit-Limit is a token bucket's burst
+// and its reset the time until the bucket is full, so at 100 a second
+// with a burst of 10 the "limit" reads as 11 a second, and a key paced by
+// it would send a tenth of what the server admits; didip/tollbooth's
+// RateLimit-Remaining is what its bucket holds, not what a window has
+// left.
+//
+// Two tests refute the reading, and neither can refute a true one, in any
+// order the answers come back:
+//   - more answers let through in one window than its limit;
+//   - n answers let through in one window, and one of them with r left,
+//     where n+r exceeds the limit by more than one. In a window of limit L
+//     the answer counted k-th by the server has L-k left (L-k+1 where the
+//     server counts before it), and the n answers received have distinct
+//     counts, so n is at most the largest k, whose answer has the least
+//     left: n+r ≤ L+1 for the least r. A bucket that refills has more
+//     left than that.
+//
+// Answers whose reset instants disagree (a reset in whole seconds against
+// a Date in whole seconds) split a window's count, never add to it; a
+// quota shared with other clients leaves less, never more. A refuted
+// policy is dropped for the key's life, its rate and its holds with it;
+// a policy that advertises its window (IETF's w, tollbooth's
+// X-Rate-Limit-Duration) is the server's own statement, and is kept. The
+// key's rate then follows what the server admits (pacer.refute).
+type evidence struct {
+	windows [header.MaxPolicies]window
+	n       int
+}
+
+// window is one policy's current window, as the key's answers showed it.
+type window struct {
+	partition string
+	limit     int64
+	end       time.Time // the reset on the server's clock
+	served    int64     // answers let through with that reset
+	least     int64     // the least remaining among them; -1 none told
+	refuted   bool
+}
+
+// check counts a response that advertised qs (served: let through)
+// against each policy's window, drops from qs the policies refuted that
+// did not advertise their window, and reports whether this response
+// refuted one. It runs before learnWindows, so a window not advertised
+// is still zero.
+func (e *evidence) check(qs *header.Quotas, served bool) (refuted bool) {
+	policies := qs.Policies()
+	// Server is set when a policy does not advertise its window: the
+	// readings a count can refute.
+	if qs.Server().IsZero() {
+		return false
+	}
+	var counted uint8 // the windows this response has counted in
+	for i := range policies {
+		q := &policies[i]
+		if q.Limit <= 0 {
+			continue
+		}
+		k := e.find(q.Partition, q.Limit)
+		if k < 0 {
+			continue
+		}
+		w := &e.windows[k]
+		if served && q.Asked >= 0 {
+			end := qs.Server().Add(q.Asked)
+			if counted&(1<<k) == 0 {
+				// Two policies alike (the same limit in two header
+				// sets) are one window, counted once.
+				counted |= 1 << k
+				if !end.Equal(w.end) {
+					w.end, w.served, w.least = end, 0, -1
+				}
+				w.served++
+			}
+			if end.Equal(w.end) && q.Remaining >= 0 && (w.least < 0 || q.Remaining < w.least) {
+				w.least = q.Remaining
+			}
+		}
+		if !w.refuted && (w.served > w.limit || w.least >= 0 && w.served+w.least > w.limit+1) {
+			w.refuted, refuted = true, true
+		}
+		if w.refuted && q.Window == 0 {
+			*q = header.Policy{Limit: -1, Remaining: -1, Reset: -1, Asked: -1, Partition: q.Partition}
+		}
+	}
+	return refuted
+}
+
+// find returns the index of the window of the policy (partition, limit),
+// making one if there is room; -1 when every slot holds another policy.
+func (e *evidence) find(partition string, limit int64) int {
+	for i := range e.windows[:e.n] {
+		if w := &e.windows[i]; w.partition == partition && w.limit == limit {
+			return i
+		}
+	}
+	if e.n == len(e.windows) {
+		return -1
+	}
+	e.windows[e.n] = window{partition: partition, limit: limit}
+	e.n++
+	return e.n - 1
 }
 
 // holdThreshold is the shortest Retry-After that holds its key. A server
