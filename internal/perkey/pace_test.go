@@ -350,7 +350,7 @@ func throttledPaced(t *testing.T, l *Lane) {
 func TestPaceCountsBesideAnIgnoredThrottlesHold(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := newPacer(time.Now())
-		p.throttles, p.gen = 1, 1 // in slow start, at generation 1
+		p.throttles, p.gen = 1, 1       // in slow start, at generation 1
 		p.success(time.Now(), 0, false) // the first burst's one success
 		p.throttle(time.Now(), time.Now().Add(time.Second), 0)
 		require.Equal(t, uint64(1), p.throttles, "generation 0's throttle cuts nothing")
