@@ -314,10 +314,13 @@ func hasCTL(s string) bool {
 // in Stats.
 func (r *retrier) delay() time.Duration {
 	wait := r.fail.wait
-	if r.fail.throttled {
-		// The key's send rate, just cut, spaces the retries of a
-		// throttled key out (after the hold its Retry-After put on the
-		// key); a backoff or a spread on top of it would only idle.
+	if r.fail.throttled && wait.OK {
+		// The hold the Retry-After put on the key spaces its retries
+		// out, and the send rate, just cut, paces them after it; a
+		// spread on top would only idle. Without a Retry-After the
+		// policy's delay is drawn as for any failure: the send rate
+		// adds to it and never replaces it, or a lone caller, whose
+		// rate the pacer has yet to learn, would retry at once.
 		return wait.Duration
 	}
 	if wait.OK {

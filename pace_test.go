@@ -199,3 +199,37 @@ func TestPaceSlowStartEstimate(t *testing.T) {
 		assert.Equal(t, int64(100), ok.Load(), "requests sent, the key paced without a breaker")
 	})
 }
+
+// A lone caller answered 429 without a Retry-After backs off as for any
+// failure: over 200 fresh transports, the mean gap before each of retries
+// 1-3 is at least 0.8x full jitter's mean for that retry (100, 200 and
+// 400 ms with the default policy). The key's send rate, which its first
+// 429 starts, adds to the delay; it does not replace it.
+func TestThrottledWithoutRetryAfterBacksOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const trials = 200
+		var sum [3]time.Duration
+		for range trials {
+			var at []time.Time
+			stamp := func(*http.Request) { at = append(at, time.Now()) }
+			tr := New(newNext(
+				reply{status: http.StatusTooManyRequests, before: stamp},
+				reply{status: http.StatusTooManyRequests, before: stamp},
+				reply{status: http.StatusTooManyRequests, before: stamp},
+				reply{status: http.StatusOK, before: stamp}))
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			resp, err := tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
+			require.NoError(t, err)
+			readBody(t, resp)
+			cancel()
+			require.Len(t, at, 4)
+			for i := range sum {
+				sum[i] += at[i+1].Sub(at[i])
+			}
+		}
+		for i, s := range sum {
+			mean, jitter := s/trials, bound(i+1, 0, 0)/2
+			assert.GreaterOrEqual(t, float64(mean), 0.8*float64(jitter), "retry %d: mean gap %v, full jitter's mean %v", i+1, mean, jitter)
+		}
+	})
+}
