@@ -46,7 +46,7 @@ func (r *retrier) applyQuota(resp *http.Response) {
 		return
 	}
 	l := r.laneOf()
-	a, trs := l.Advertise(now, &qs, len(h["Retry-After"]) == 0 && len(h["Retry-After-Ms"]) == 0, resp.StatusCode < 400)
+	a, trs := l.Advertise(now, &qs, len(h["Retry-After"]) == 0 && len(h["Retry-After-Ms"]) == 0, resp.StatusCode/100 == 2)
 	if !a.HoldUntil.IsZero() {
 		r.t.stats.quota.held.Add(1)
 	}
@@ -158,8 +158,8 @@ func (r *retrier) learn(v *verdict, resp *http.Response) {
 
 // failure is what a failed attempt's response asked of its key: the wait
 // its Retry-After asked for, and whether it was throttled
-// (perkey.Outcome.Throttled), so that the key's send rate, not a backoff
-// or the budget, spaces its retry.
+// (perkey.Outcome.Throttled), so that its retry takes no budget token and
+// waits for the key's send rate after its delay (see delay).
 type failure struct {
 	wait      header.Wait
 	throttled bool

@@ -205,3 +205,33 @@ func TestQuotaLearnsWindow(t *testing.T) {
 		assert.InDelta(t, 0.95*500, h.Rate, 1e-9, "the window's rate")
 	})
 }
+
+// Only answers a limiter counts check its quota: GitHub does not count a
+// 304 to a conditional request, and 150 of them under one window, its
+// remaining unmoved at 4,900 of 5,000, do not refute the quota.
+func TestQuotaNotModifiedIsNotCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		h := http.Header{
+			"Date":                  {start.UTC().Format(http.TimeFormat)},
+			"X-Ratelimit-Limit":     {"5000"},
+			"X-Ratelimit-Remaining": {"4900"},
+			"X-Ratelimit-Reset":     {strconv.FormatInt(start.Add(time.Hour).Unix(), 10)},
+			"X-Ratelimit-Resource":  {"core"},
+		}
+		script := []reply{{status: http.StatusOK, header: h}}
+		for range 150 {
+			script = append(script, reply{status: http.StatusNotModified, header: h})
+		}
+		b := NewBreaker(BreakerConfig{})
+		tr := New(newNext(script...), WithBreaker(b))
+		for range len(script) {
+			resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+			require.NoError(t, err)
+			readBody(t, resp)
+		}
+		q := b.Host(keyOf(mustParse(t, testURL)).String()).Quotas
+		require.Len(t, q, 1)
+		assert.Equal(t, int64(5000), q[0].Limit, "the quota stands")
+	})
+}

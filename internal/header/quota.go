@@ -31,6 +31,10 @@ type Policy struct {
 	// fixed window. Such a bucket refills at (limit-remaining)/reset, and
 	// one request is free again after reset/limit, not after reset.
 	Refill bool
+	// Instant reports a reset sent as an instant (a Unix time or a date),
+	// the same in every answer of one window; a reset sent as seconds to
+	// go is known, against a Date in whole seconds, to a second either way.
+	Instant bool
 }
 
 // Quotas is what one response advertises: up to four policies.
@@ -370,9 +374,11 @@ func (r *quotaReader) resetAt(q *Policy, v string) {
 		r.setReset(q, satSeconds(sec, nsec))
 	case ok:
 		r.setReset(q, r.epoch(sec, nsec))
+		q.Instant = true
 	default:
 		if t, ok := parseDate(v); ok {
 			r.setReset(q, t.Sub(r.serverTime()))
+			q.Instant = true
 		}
 	}
 }

@@ -30,6 +30,7 @@ func qtQ(limit int64, window time.Duration, remaining int64, asked time.Duration
 
 func (q Policy) qtIn(partition string) Policy { q.Partition = partition; return q }
 func (q Policy) qtBucket() Policy             { q.Refill = true; return q }
+func (q Policy) qtInstant() Policy            { q.Instant = true; return q }
 
 // qtHeader builds a header through Header.Add, which canonicalises names.
 func qtHeader(kv ...string) http.Header {
@@ -138,23 +139,23 @@ var quotaRows = []struct {
 	// https://docs.gitlab.com/ee/user/admin_area/settings/user_and_ip_rate_limits.html
 	{"gitlab/unix_reset", qtHeader("RateLimit-Limit", "600", "RateLimit-Observed", "6", "RateLimit-Remaining", "594",
 		"RateLimit-Reset", qtEpoch(20*qtS), "RateLimit-ResetTime", qtNow.Add(20*qtS).Format(http.TimeFormat)),
-		[]Policy{qtQ(600, time.Minute, 594, 20*qtS)}},
+		[]Policy{qtQ(600, time.Minute, 594, 20*qtS).qtInstant()}},
 	{"gitlab/past_reset", qtHeader("RateLimit-Limit", "600", "RateLimit-Observed", "600", "RateLimit-Remaining", "0",
 		"RateLimit-Reset", qtEpoch(-90*qtS)),
-		[]Policy{qtQ(600, time.Minute, 0, 0)}},
+		[]Policy{qtQ(600, time.Minute, 0, 0).qtInstant()}},
 
 	// GitHub: https://docs.github.com/en/rest/using-the-rest-api/rate-limits-for-the-rest-api
 	{"github/core", qtHeader("X-RateLimit-Limit", "5000", "X-RateLimit-Remaining", "4999", "X-RateLimit-Used", "1",
 		"X-RateLimit-Reset", qtEpoch(3000*qtS), "X-RateLimit-Resource", "core", "X-GitHub-Request-Id", "CAFE:1"),
-		[]Policy{qtQ(5000, 0, 4999, 3000*qtS).qtIn("core")}},
+		[]Policy{qtQ(5000, 0, 4999, 3000*qtS).qtIn("core").qtInstant()}},
 	{"github/used_without_remaining", qtHeader("X-RateLimit-Limit", "60", "X-RateLimit-Used", "61", "X-RateLimit-Reset", qtEpoch(10*qtS)),
-		[]Policy{qtQ(60, 0, 0, 10*qtS)}},
+		[]Policy{qtQ(60, 0, 0, 10*qtS).qtInstant()}},
 	{"github/search_past_reset", qtHeader("X-RateLimit-Limit", "30", "X-RateLimit-Remaining", "0",
 		"X-RateLimit-Reset", qtEpoch(-5*qtS), "X-RateLimit-Resource", "search"),
-		[]Policy{qtQ(30, 0, 0, 0).qtIn("search")}},
+		[]Policy{qtQ(30, 0, 0, 0).qtIn("search").qtInstant()}},
 	// go-chi/httprate v0.16.1 (limiter.go) sends a Unix time and no marker.
 	{"httprate/unix_reset", qtHeader("X-RateLimit-Limit", "100", "X-RateLimit-Remaining", "99", "X-RateLimit-Reset", qtEpoch(60*qtS)),
-		[]Policy{qtQ(100, 0, 99, 60*qtS)}},
+		[]Policy{qtQ(100, 0, 99, 60*qtS).qtInstant()}},
 	// Unipile sends a delta, unmarked (https://developer.unipile.com/v2.0/reference/rate-limit):
 	// no Unix time is that small, so it is delta seconds.
 	{"x/unmarked_delta", qtHeader("X-RateLimit-Limit", "50", "X-RateLimit-Remaining", "12", "X-RateLimit-Reset", "24"),
@@ -163,7 +164,7 @@ var quotaRows = []struct {
 	{"x/largest_delta", qtHeader("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", strconv.FormatInt(qtNow.Unix()/2-1, 10)),
 		[]Policy{qtQ(-1, 0, 0, time.Duration(qtNow.Unix()/2-1)*qtS)}},
 	{"x/oldest_unix_time_is_past", qtHeader("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", strconv.FormatInt(qtNow.Unix()/2, 10)),
-		[]Policy{qtQ(-1, 0, 0, 0)}},
+		[]Policy{qtQ(-1, 0, 0, 0).qtInstant()}},
 	// The real middlewares' header sets, as their sources write them.
 	// throttled/throttled v2.15.0 (http.go), GCRA with a burst of 10: the
 	// limit is the burst plus one, the reset seconds until the bucket is
@@ -177,17 +178,17 @@ var quotaRows = []struct {
 	// date in UTC.
 	{"golimiter/utc_date", qtHeader("X-RateLimit-Limit", "100", "X-RateLimit-Remaining", "42",
 		"X-RateLimit-Reset", qtNow.Add(2*qtS).Format(time.RFC1123)),
-		[]Policy{qtQ(100, 0, 42, 2*qtS)}},
+		[]Policy{qtQ(100, 0, 42, 2*qtS).qtInstant()}},
 	{"x/numeric_zone_date", qtHeader("X-RateLimit-Remaining", "0",
 		"X-RateLimit-Reset", qtNow.Add(3*qtS).In(time.FixedZone("", -5*3600)).Format(time.RFC1123Z)),
-		[]Policy{qtQ(-1, 0, 0, 3*qtS)}},
+		[]Policy{qtQ(-1, 0, 0, 3*qtS).qtInstant()}},
 	{"x/unknown_zone_date_ignored", qtHeader("X-RateLimit-Remaining", "0",
 		"X-RateLimit-Reset", qtNow.Add(3*qtS).Format("Mon, 02 Jan 2006 15:04:05")+" EST"),
 		[]Policy{qtQ(-1, 0, 0, -1)}},
 	// ulule/limiter v3.11.2 (drivers/middleware/stdlib): a fixed window,
 	// the reset a Unix time.
 	{"ulule/fixed_window", qtHeader("X-RateLimit-Limit", "100", "X-RateLimit-Remaining", "57", "X-RateLimit-Reset", qtEpoch(1*qtS)),
-		[]Policy{qtQ(100, 0, 57, 1*qtS)}},
+		[]Policy{qtQ(100, 0, 57, 1*qtS).qtInstant()}},
 	// didip/tollbooth v7.0.2 (tollbooth.go), a token bucket of 100 a
 	// second with a burst of 10: RateLimit-Limit is the rate,
 	// RateLimit-Remaining what the burst has left, RateLimit-Reset always
@@ -211,15 +212,15 @@ var quotaRows = []struct {
 		"X-RateLimit-Reset-After", "1.234", "X-RateLimit-Bucket", "abcd1234"),
 		[]Policy{qtQ(5, 0, 1, 1234*time.Millisecond).qtIn("abcd1234")}},
 	{"discord/fractional_unix_reset", qtHeader("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", qtEpoch(2*qtS)+".5"),
-		[]Policy{qtQ(-1, 0, 0, 2500*time.Millisecond)}},
+		[]Policy{qtQ(-1, 0, 0, 2500*time.Millisecond).qtInstant()}},
 	// Azure DevOps counts TSTUs: https://learn.microsoft.com/azure/devops/integrate/concepts/rate-limits
 	{"azuredevops/tstu_ignored", qtHeader("X-RateLimit-Resource", "Core", "X-RateLimit-Delay", "0.5", "X-RateLimit-Limit", "200",
 		"X-RateLimit-Remaining", "0", "X-RateLimit-Reset", qtEpoch(10*qtS)), nil},
 	// Twitter/X: https://docs.x.com/fundamentals/rate-limits
 	{"twitter/unix_reset", qtHeader("x-rate-limit-limit", "900", "x-rate-limit-remaining", "847", "x-rate-limit-reset", qtEpoch(600*qtS)),
-		[]Policy{qtQ(900, 0, 847, 600*qtS)}},
+		[]Policy{qtQ(900, 0, 847, 600*qtS).qtInstant()}},
 	{"x/huge_unix_reset_saturates", qtHeader("X-RateLimit-Remaining", "0", "X-RateLimit-Reset", "99999999999999999999"),
-		[]Policy{qtQ(-1, 0, 0, math.MaxInt64)}},
+		[]Policy{qtQ(-1, 0, 0, math.MaxInt64).qtInstant()}},
 	{"x/huge_counts_saturate", qtHeader("X-RateLimit-Limit", "99999999999999999999", "X-RateLimit-Remaining", "9223372036854775808"),
 		[]Policy{qtQ(math.MaxInt64, 0, math.MaxInt64, -1)}},
 	{"x/negative_and_malformed_ignored", qtHeader("X-RateLimit-Limit", "abc", "X-RateLimit-Remaining", "-1",
@@ -227,7 +228,7 @@ var quotaRows = []struct {
 	{"x/repeated_reads_first", qtHeader("X-RateLimit-Remaining", "5", "X-RateLimit-Remaining", "0"), []Policy{qtQ(-1, 0, 5, -1)}},
 	{"x/comma_joined_is_malformed", qtHeader("X-RateLimit-Remaining", "5, 0", "X-RateLimit-Limit", "10"), []Policy{qtQ(10, 0, -1, -1)}},
 	{"x/lowercase_names", http.Header{"x-ratelimit-remaining": {" 5 "}, "x-ratelimit-reset": {qtEpoch(7 * qtS)}},
-		[]Policy{qtQ(-1, 0, 5, 7*qtS)}},
+		[]Policy{qtQ(-1, 0, 5, 7*qtS).qtInstant()}},
 	{"x/two_spellings_canonical_wins", http.Header{"X-Ratelimit-Remaining": {"5"}, "x-ratelimit-remaining": {"7"}},
 		[]Policy{qtQ(-1, 0, 5, -1)}},
 
@@ -310,10 +311,10 @@ func TestParseQuotasSpellings(t *testing.T) {
 // that the client's clock, an hour ahead here, does not matter.
 func TestParseQuotasDate(t *testing.T) {
 	h := qtHeader("Date", qtNow.Format(http.TimeFormat), "X-RateLimit-Remaining", "0", "X-RateLimit-Reset", qtEpoch(10*qtS))
-	require.Equal(t, []Policy{qtQ(-1, 0, 0, 10*qtS)}, qtList(ReadQuotas(h, qtNow.Add(time.Hour), qtMax)))
+	require.Equal(t, []Policy{qtQ(-1, 0, 0, 10*qtS).qtInstant()}, qtList(ReadQuotas(h, qtNow.Add(time.Hour), qtMax)))
 	// Without a valid Date, the client's clock: the reset is past.
 	h.Set("Date", "yesterday")
-	require.Equal(t, []Policy{qtQ(-1, 0, 0, 0)}, qtList(ReadQuotas(h, qtNow.Add(time.Hour), qtMax)))
+	require.Equal(t, []Policy{qtQ(-1, 0, 0, 0).qtInstant()}, qtList(ReadQuotas(h, qtNow.Add(time.Hour), qtMax)))
 }
 
 // TestParseQuotasClamp reads one reset under several clamps.

@@ -92,9 +92,10 @@ func serverNow(h http.Header, now time.Time) time.Time {
 // unambiguous, the forms real servers send in its place: the IMF-fixdate
 // with "UTC" for "GMT" (sethvargo/go-limiter v0.7.1 formats its
 // X-RateLimit-Reset and Retry-After with time.RFC1123 in UTC), with a
-// numeric zone (time.RFC1123Z), and RFC 3339. A zone given by any other
-// name is refused: time.Parse would read an abbreviation it does not know
-// as UTC, whatever the zone meant.
+// numeric zone (time.RFC1123Z), and RFC 3339. The IMF-fixdate with a zone
+// of any other name is refused: time.Parse would read an abbreviation it
+// does not know as UTC, whatever the zone meant. (http.ParseTime reads
+// RFC 850's obsolete form with any zone name, as UTC, and that is kept.)
 func parseDate(v string) (t time.Time, ok bool) {
 	var err error
 	switch {
@@ -104,7 +105,9 @@ func parseDate(v string) (t time.Time, ok bool) {
 		// No HTTP date starts with a digit.
 		t, err = time.Parse(time.RFC3339Nano, v)
 	case strings.HasSuffix(v, " UTC"):
-		t, err = time.Parse(imfFixdateUTC, v)
+		if t, err = time.Parse(imfFixdateUTC, v); err != nil {
+			t, err = http.ParseTime(v) // RFC 850's form reads any zone name
+		}
 	case len(v) > 5 && (v[len(v)-5] == '+' || v[len(v)-5] == '-'):
 		t, err = time.Parse(time.RFC1123Z, v)
 	default:

@@ -49,6 +49,7 @@ var retryAfterValues = []struct {
 	{"date/2999_saturated", "Tue, 01 Jan 2999 00:00:00 GMT", maxDuration, true},
 	// what real servers send in its place, where the instant is still clear
 	{"date/UTC_for_GMT", "Sun, 06 Nov 1994 08:49:37 UTC", 30 * time.Second, true},
+	{"date/RFC850_UTC", "Sunday, 06-Nov-94 08:49:37 UTC", 30 * time.Second, true},
 	{"date/numeric_zone", "Sun, 06 Nov 1994 09:49:37 +0100", 30 * time.Second, true},
 	{"date/RFC3339", "1994-11-06T08:49:37Z", 30 * time.Second, true},
 	{"date/RFC3339_fraction", "1994-11-06T08:49:37.5Z", 30*time.Second + 500*time.Millisecond, true},

@@ -45,9 +45,11 @@ type pacer struct {
 	throttles uint64        // guarded by mu
 	admitted  tally         // successes of paced attempts; guarded by mu
 	flat      bool          // the curve since the latest cut is the flat one (see flatShare); guarded by mu
-	heldFrom  time.Time     // when the latest Retry-After's hold began; guarded by mu
-	heldTo    time.Time     // and when it ended (cutAt, unless refute moved the curve); guarded by mu
-	settled   bool          // the end of the latest Retry-After's hold has been looked at (see settleLocked); guarded by mu
+	heldFrom  time.Time     // when the latest Retry-After's hold that cut began (it ends at cutAt); guarded by mu
+	// The latest hold any throttle came with, counted or ignored (see
+	// noteHoldLocked): the key sent nothing then. Guarded by mu.
+	sawFrom, sawTo time.Time
+	settled        bool // the end of the latest Retry-After's hold has been looked at (see settleLocked); guarded by mu
 	// The key's lane's birth and its count of successes since (see
 	// burstRateLocked); nil early for none. Set before the pacer is
 	// shared.
@@ -350,7 +352,7 @@ func (p *pacer) throttle(now, from time.Time, gen uint64) {
 			// successes since it began; the key's first burst may hold
 			// more. A hold within the second is left out: the key
 			// sent nothing then, which says nothing of the server.
-			ok := p.admitted.rateBeside(now, time.Second, p.heldFrom, p.heldTo)
+			ok := p.admitted.rateBeside(now, time.Second, p.sawFrom, p.sawTo)
 			if a, known := p.burstRateLocked(now, from); known {
 				ok = max(ok, a)
 			}
@@ -364,7 +366,7 @@ func (p *pacer) throttle(now, from time.Time, gen uint64) {
 	}
 	if from.After(now) {
 		p.noteHoldLocked(now, from)
-		p.settled = false
+		p.heldFrom, p.settled = now, false
 	}
 	p.gen++
 	// The curve starts when the next attempt may go: after the hold a
@@ -390,8 +392,8 @@ func (p *pacer) refute(now time.Time) {
 	// Slow start's rate at t is slowStartRate·2^(t/slowStartStep): the
 	// curve starts at the admitted rate, when the key may next send (after
 	// a hold under way).
-	a := math.Max(p.admitted.rateBeside(now, time.Second, p.heldFrom, p.heldTo), slowStartRate)
-	p.cutAt = later(now, p.heldTo).Add(-time.Duration(math.Log2(a/slowStartRate) * float64(slowStartStep)))
+	a := math.Max(p.admitted.rateBeside(now, time.Second, p.sawFrom, p.sawTo), slowStartRate)
+	p.cutAt = later(now, p.sawTo).Add(-time.Duration(math.Log2(a/slowStartRate) * float64(slowStartStep)))
 	p.setRateLocked(now)
 	p.scheduleLocked(now)
 }
@@ -403,10 +405,10 @@ func (p *pacer) refute(now time.Time) {
 func (p *pacer) noteHoldLocked(now, from time.Time) {
 	switch {
 	case !from.After(now):
-	case now.Before(p.heldTo):
-		p.heldTo = later(p.heldTo, from)
+	case now.Before(p.sawTo):
+		p.sawTo = later(p.sawTo, from)
 	default:
-		p.heldFrom, p.heldTo = now, from
+		p.sawFrom, p.sawTo = now, from
 	}
 }
 

@@ -36,6 +36,7 @@ type Advert struct {
 	HoldUntil time.Time
 	Policies  [header.MaxPolicies]Policy
 	N         int
+	seq       uint64 // the answer's number among those checked (see evidence)
 }
 
 // quotaHold is how long past its window's reset an advertised rate is
@@ -51,12 +52,19 @@ const quotaHold = time.Second
 // sustain, at quotaShare of it, caps the key's send rate, with the
 // requests left as the burst. A policy that does not say its window has it
 // learned from the key's previous answers (see learnWindows). served
-// reports a response the server's limiter let through (not a 429): the
-// count that checks each policy against what the server admits (see
-// evidence); a policy the server has been seen to exceed is dropped.
+// reports a response the server's limiter counted (a 2xx): the count that
+// checks each policy against what the server admits (see evidence); a
+// policy the server has been seen to exceed is dropped. An advert read
+// before another answer refuted a policy is not applied: it may carry the
+// policy refuted.
 func (l *Lane) Advertise(now time.Time, qs *header.Quotas, mayHold, served bool) (Advert, Transitions) {
 	l.mu.Lock()
+	l.seen.checks++
+	seq := l.seen.checks
 	refuted := l.seen.check(qs, served)
+	if refuted {
+		l.seen.refutedAt = seq
+	}
 	learnWindows(qs, l.adv)
 	l.mu.Unlock()
 	if refuted {
@@ -64,7 +72,7 @@ func (l *Lane) Advertise(now time.Time, qs *header.Quotas, mayHold, served bool)
 			p.refute(now)
 		}
 	}
-	a := Advert{At: now, N: qs.Len()}
+	a := Advert{At: now, N: qs.Len(), seq: seq}
 	if rate, burst, ok := qs.Rate(); ok {
 		a.Rate, a.Left = quotaShare*rate, burst
 	}
@@ -92,6 +100,10 @@ func (l *Lane) Advertise(now time.Time, qs *header.Quotas, mayHold, served bool)
 // what is left goes at once.
 func (l *Lane) advertise(a Advert) Transitions {
 	l.mu.Lock()
+	if a.seq < l.seen.refutedAt {
+		l.mu.Unlock()
+		return Transitions{}
+	}
 	l.adv = a
 	l.mu.Unlock()
 	l.advertises.Store(true)
@@ -204,27 +216,39 @@ func learnWindows(qs *header.Quotas, prev Advert) {
 // RateLimit-Remaining is what its bucket holds, not what a window has
 // left.
 //
-// Two tests refute the reading, and neither can refute a true one, in any
-// order the answers come back:
-//   - more answers let through in one window than its limit;
-//   - n answers let through in one window, and one of them with r left,
-//     where n+r exceeds the limit by more than one. In a window of limit L
-//     the answer counted k-th by the server has L-k left (L-k+1 where the
-//     server counts before it), and the n answers received have distinct
-//     counts, so n is at most the largest k, whose answer has the least
-//     left: n+r ≤ L+1 for the least r. A bucket that refills has more
-//     left than that.
+// A count refutes the reading, and cannot refute a true one, in any
+// order the answers come back. In a window of limit L the answer the
+// server counted k-th has L-k left (L-k+1 where it counts before), and
+// the n answers received have distinct counts, so n is at most the
+// largest k, whose answer has the least left r: n ≤ L and n+r ≤ L+1. A
+// bucket that refills breaks the second: it has more left than that.
+// Where the reset is an instant (a Unix time, a date), every answer of a
+// window carries the same one, so answers of two windows are never
+// counted together, and those two bounds are the tests. Where it is
+// seconds to go, measured from a Date in whole seconds, the end is known
+// to a second either way: answers of two adjacent windows of a second or
+// two may share it (an answer the limiter counted just before its window
+// ended, dated just after), so only n+r is tested, with half a window
+// more: n+r > L+1+L/2. Two windows merged give n+r ≤ 2L+1 only where both
+// are more than half spent, with answers from the end of the first, which
+// a key paced below the quota does not send. The GCRA above, paced at 10
+// a second, shows 10 left after 8 answers of one second, 18 > 11+1+5.
 //
-// Answers whose reset instants disagree (a reset in whole seconds against
-// a Date in whole seconds) split a window's count, never add to it; a
-// quota shared with other clients leaves less, never more. A refuted
-// policy is dropped for the key's life, its rate and its holds with it;
-// a policy that advertises its window (IETF's w, tollbooth's
+// Only answers the limiter counted are counted: 2xx (GitHub does not
+// count a 304 to a conditional request). A quota shared with other
+// clients leaves less, never more. A bucket the headers say refills
+// (OpenAI, Anthropic) is read as one already, and is not tested. A
+// refuted policy is dropped for the key's life, its rate and its holds
+// with it; a policy that advertises its window (IETF's w, tollbooth's
 // X-Rate-Limit-Duration) is the server's own statement, and is kept. The
 // key's rate then follows what the server admits (pacer.refute).
 type evidence struct {
 	windows [header.MaxPolicies]window
 	n       int
+	// checks numbers the answers checked; refutedAt is the number of the
+	// latest that refuted a policy. An advert of an earlier answer may
+	// carry the policy refuted, and is not applied (see advertise).
+	checks, refutedAt uint64
 }
 
 // window is one policy's current window, as the key's answers showed it.
@@ -232,9 +256,27 @@ type window struct {
 	partition string
 	limit     int64
 	end       time.Time // the reset on the server's clock
-	served    int64     // answers let through with that reset
+	instant   bool      // the reset was sent as an instant
+	served    int64     // answers counted with that reset
 	least     int64     // the least remaining among them; -1 none told
 	refuted   bool
+}
+
+// contradicted reports counts no window of w's limit can show (see
+// evidence). Saturated values do not wrap: served ≥ 1, and least ≤ limit
+// is checked before limit-least.
+func (w *window) contradicted() bool {
+	if w.served > w.limit && w.instant {
+		return true
+	}
+	if w.least < 0 || w.least > w.limit {
+		return false
+	}
+	slack := int64(0)
+	if !w.instant {
+		slack = w.limit / 2
+	}
+	return w.served-1 > w.limit-w.least && w.served-1-(w.limit-w.least) > slack
 }
 
 // check counts a response that advertised qs (served: let through)
@@ -252,7 +294,7 @@ func (e *evidence) check(qs *header.Quotas, served bool) (refuted bool) {
 	var counted uint8 // the windows this response has counted in
 	for i := range policies {
 		q := &policies[i]
-		if q.Limit <= 0 {
+		if q.Limit <= 0 || q.Refill {
 			continue
 		}
 		k := e.find(q.Partition, q.Limit)
@@ -267,7 +309,7 @@ func (e *evidence) check(qs *header.Quotas, served bool) (refuted bool) {
 				// sets) are one window, counted once.
 				counted |= 1 << k
 				if !end.Equal(w.end) {
-					w.end, w.served, w.least = end, 0, -1
+					w.end, w.instant, w.served, w.least = end, q.Instant, 0, -1
 				}
 				w.served++
 			}
@@ -275,7 +317,7 @@ func (e *evidence) check(qs *header.Quotas, served bool) (refuted bool) {
 				w.least = q.Remaining
 			}
 		}
-		if !w.refuted && (w.served > w.limit || w.least >= 0 && w.served+w.least > w.limit+1) {
+		if !w.refuted && w.contradicted() {
 			w.refuted, refuted = true, true
 		}
 		if w.refuted && q.Window == 0 {
