@@ -38,9 +38,9 @@
 //     isolated, is waited for until the key recovers, as WithMaxWait
 //     allows, else the request stops (ReasonCircuitOpen); a throttled key's
 //     send rate is waited for in turn, unless the queue ahead cannot fit in
-//     the deadline at a rate the key was throttled at (ReasonDeadline; a
-//     rate its quota headers only advertised never refuses a request
-//     unsent); then a place under WithConcurrencyLimit
+//     the deadline even at the rate a paced attempt was throttled at
+//     (ReasonDeadline; a rate its quota headers only advertised never
+//     refuses a request unsent); then a place under WithConcurrencyLimit
 //     is waited for, or refused (ReasonConcurrencyLimit).
 //  2. The attempt goes through the next RoundTripper, bounded by
 //     WithAttemptTimeout.

@@ -42,6 +42,7 @@ type pacer struct {
 	okGen     uint64        // the gen of the latest success; guarded by mu
 	cutAt     time.Time     // guarded by mu
 	wmax      float64       // the rate at the latest cut; 0 in slow start; guarded by mu
+	refused   float64       // the rate a paced attempt was last throttled at, before any cut; 0 none; guarded by mu
 	throttles uint64        // guarded by mu
 	admitted  tally         // successes of paced attempts; guarded by mu
 	flat      bool          // the curve since the latest cut is the flat one (see flatShare); guarded by mu
@@ -346,7 +347,7 @@ func (p *pacer) throttle(now, from time.Time, gen uint64) {
 		// advertised quota has its rate already: the first throttle
 		// without a Retry-After cuts it (one with a Retry-After was left
 		// to its hold, above).
-		p.wmax = was
+		p.wmax, p.refused = was, was
 		if p.flat = from.After(now); p.flat {
 			// A pacer younger than the second has in its tally only the
 			// successes since it began; the key's first burst may hold
@@ -449,15 +450,16 @@ func (p *pacer) wait(ctx context.Context) (uint64, error) {
 func (p *pacer) handOnLocked(*waiter) { p.queue.letNext(p.gen) }
 
 // observedAheadLocked is aheadLocked at a rate the server was seen to
-// hold the key to: the curve around the rate at which a paced attempt was
-// throttled (wmax), or what the server admitted over the past
-// admittedSpan when that was more. known is false for any other rate: one
-// a server only advertised is a reading of its headers, which the same
-// names make ambiguous (a burst, a rate, a window), and slow start's is a
-// probe that the server has not yet refused. A request is never handed
-// back unsent on those; it waits its turn instead. Called with mu held.
+// hold the key to: the rate a paced attempt was last throttled at, or the
+// curve or what the server admitted over the past admittedSpan when more,
+// so the most the evidence allows and the fewest refusals. known is false
+// until a paced attempt has been throttled: a rate a server only
+// advertised is a reading of its headers, which the same names make
+// ambiguous (a burst, a rate, a window), and slow start's is a probe the
+// server has not refused. A request is never handed back unsent on those;
+// it waits its turn instead. Called with mu held.
 func (p *pacer) observedAheadLocked(now time.Time, k int) (d time.Duration, known bool) {
-	if p.wmax == 0 {
+	if p.refused == 0 {
 		return 0, false
 	}
 	p.setRateLocked(now)
@@ -465,7 +467,7 @@ func (p *pacer) observedAheadLocked(now time.Time, k int) (d time.Duration, know
 	if k <= 0 {
 		return 0, true
 	}
-	r := math.Max(p.curveLocked(now), p.admitted.rate(now, admittedSpan))
+	r := max(p.refused, p.curveLocked(now), p.admitted.rate(now, admittedSpan))
 	return time.Duration(float64(k) / r * float64(time.Second)), true
 }
 

@@ -365,3 +365,24 @@ func TestPaceCountsBesideAnIgnoredThrottlesHold(t *testing.T) {
 		assert.Greater(t, p.wmax, 200.0, "the held second is left out of the admitted rate")
 	})
 }
+
+// The rate a request is refused on is the most the evidence allows: a key
+// throttled at 95 a second whose curve was then cut far below it (to what
+// the server admitted over a second it spent mostly held) does not refuse
+// a request 100th in line with 5 s left, which 95 a second serves in
+// about a second; at 5 a second it would take 20 s.
+func TestPaceRefusesAtTheRateRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPacer(time.Now())
+		p.mu.Lock()
+		p.throttles, p.wmax, p.refused, p.flat = 2, 5, 95, true
+		p.cutAt = time.Now()
+		for range 99 {
+			p.queue.push()
+		}
+		d, known := p.observedAheadLocked(time.Now(), p.queue.len()+1)
+		p.mu.Unlock()
+		require.True(t, known)
+		assert.Less(t, d, 5*time.Second, "divided by the rate refused, not the curve's 5 a second")
+	})
+}
