@@ -486,12 +486,6 @@ func (p *pacer) aheadLocked(now time.Time, k int) time.Duration {
 		// Flat: CUBIC's curve near its rate, or the advertised quota.
 		return time.Duration(float64(k) / p.rateAtLocked(now) * float64(time.Second))
 	}
-	return p.slowStartAheadLocked(now, k)
-}
-
-// slowStartAheadLocked is how long slow start's doubling curve takes to
-// release k attempts from now. Called with mu held.
-func (p *pacer) slowStartAheadLocked(now time.Time, k int) time.Duration {
 	td := slowStartStep.Seconds()
 	t0 := now.Sub(p.cutAt).Seconds()
 	// The releases from t0 to t0+T number ∫ R0·2^(t/td) dt.
