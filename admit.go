@@ -181,12 +181,31 @@ func localOpenResponse(req *http.Request, key hostKey, probeAt time.Time, spread
 	}
 }
 
-// maxWaitLeft returns how much longer the request may wait for its key.
+// maxWaitLeft returns how much longer the request may wait for its key:
+// what is left of its wait allowance (WithMaxWait), and no longer than
+// until its key has been failing for that long.
+//
+// A failure is young while the key has been failing for less than the
+// longest a request would wait for it, and sustained after: its probes
+// and tests, spaced by the open time that grows with the outage, have
+// failed for longer than any request was willing to wait. A young failure
+// is waited out, past the request's attempts if need be (see rideOut); a
+// sustained one fails fast: new requests are refused at once, and those
+// already waiting are handed back their failure at that instant, not at
+// the end of their own allowance. Outage lengths are heavy-tailed: the
+// longer a key has been down, the longer it is likely to stay down, and a
+// request that waits for it only holds its caller's concurrency.
 func (r *retrier) maxWaitLeft() time.Duration {
 	if r.req.Context().Err() != nil {
 		return 0
 	}
-	return r.s.maxWait - r.waits.total
+	left := r.s.maxWait - r.waits.total
+	if left > 0 && r.lane != nil {
+		if since, _ := r.lane.FailingSince(); !since.IsZero() {
+			left = min(left, r.s.maxWait-time.Since(since))
+		}
+	}
+	return left
 }
 
 // waitUntil returns when a wait beginning at now must end: when the
@@ -260,6 +279,17 @@ func (r *retrier) sleep(d time.Duration) error {
 		// Counted as a refusal: the circuit ended the wait.
 		r.t.stats.circuitRejected.Add(1)
 		err = ErrCircuitOpen
+	}
+	return err
+}
+
+// sleepThrough waits d before an attempt, ending early only when the
+// context ends; then the request takes the key's lane afresh, as after
+// sleep.
+func (r *retrier) sleepThrough(d time.Duration) error {
+	err := perkey.Sleep(r.req.Context(), d)
+	if r.lane != nil {
+		r.lane = r.t.lanes.Lane(r.keyOf())
 	}
 	return err
 }

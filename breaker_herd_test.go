@@ -112,14 +112,14 @@ func runBreakerHerd(t *testing.T, workers int, outage, stopAt time.Duration) her
 // TestBreakerDefaultsHerd runs 500 workers with the default retry
 // sequence and the default breaker against one endpoint. An outage shorter
 // than the retry sequence must not trip the circuit; one that lasts must
-// trip it within about twice the sequence's length (1.4 s of waiting),
-// after which the endpoint sees nothing but one probe per open period
+// trip it with the first failures past the span (the requests' first
+// ride-out attempts), after which the endpoint sees nothing but one probe per open period
 // while the workers' requests wait, and the circuit closes within a second
 // of the endpoint's return.
 //
 // 500 workers (2,000 took six times as long) are far above what the
-// default breaker counts, 5 failures over its 2 s span: the trip comes at
-// 2.1 s with either, and with the span not waited for the circuit opens at
+// default breaker counts, 5 failures over its 2 s span: the trip came at
+// 2.1 s with either before requests rode failures out (3.2 s since), and with the span not waited for the circuit opens at
 // 100 ms in both outages. With probes not limited, 1,000 attempts reached
 // the endpoint after the trip when tried, against one per open period.
 func TestBreakerDefaultsHerd(t *testing.T) {
@@ -156,7 +156,13 @@ func TestBreakerDefaultsHerd(t *testing.T) {
 			t.Logf("outage [0s, %v): circuit opened at %v, %d times; attempts failed %d, %d of them after the trip; ErrCircuitOpen %d; circuit closed again at %v; deliveries %d",
 				outage, r.trip, r.opens, r.failed, after, r.openErrs, r.closedAt, r.delivered)
 			require.GreaterOrEqual(t, r.trip, defaultBreakerSpan, "trip instant: got %v, want no earlier than the span", r.trip)
-			assert.LessOrEqual(t, r.trip, 2800*time.Millisecond, "trip instant: got %v, want within 2×1.4 s of the outage's start", r.trip)
+			// The trip comes with the first failure past the span. Once
+			// their attempts are used (1.4 s of waiting at most, plus
+			// 100 ms of latency each), the requests ride the young failure
+			// out, their next attempt a quarter to a half of the 10 s
+			// envelope later: the failures thin out from 1.8 s and resume
+			// from about 2.8 s.
+			assert.LessOrEqual(t, r.trip, 4*time.Second, "trip instant: got %v, want by the first ride-out attempts", r.trip)
 			// The workers' requests wait for the endpoint instead of being
 			// turned back; while the circuit is open the endpoint sees only
 			// probes, one per open period, each failing and opening it again.

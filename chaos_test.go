@@ -437,7 +437,9 @@ func TestChaosHugeErrorBody(t *testing.T) {
 		h, srv := retryhttptest.Start(t, retryhttptest.Script{Then: big})
 		next := chaosTransport(t, 1)
 		counter := &chaosCountingRT{next: next}
-		rt := retryhttp.New(counter, retryhttp.WithPolicy(immediate{}), retryhttp.WithMaxAttempts(attempts))
+		// WithMaxWait(0): no ride-out past the attempts, so exactly
+		// attempts responses.
+		rt := retryhttp.New(counter, retryhttp.WithPolicy(immediate{}), retryhttp.WithMaxAttempts(attempts), retryhttp.WithMaxWait(0))
 
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/big", nil)
 		require.NoError(t, err)

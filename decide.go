@@ -15,6 +15,7 @@ type facts struct {
 	why          Reason // classify's reason when it is not
 	ctxDone      bool   // the caller's context has ended
 	attemptsLeft int    // attempts the request may still make
+	rideOut      bool   // its attempts are used, but it may make another to ride out its key's young failure
 	idempotent   bool   // the request may be sent more than once
 	reached      bool   // the attempt reached the server, or may have
 	replayable   bool   // the body can be sent again
@@ -36,6 +37,10 @@ const (
 	// queue: the budget refused the retry, or others already wait (only
 	// rewind says so; decide does not).
 	queueBehind
+	// rideOut retries once the delay has passed, whatever the key's
+	// circuit does meanwhile: one of the attempts past WithMaxAttempts
+	// that ride out a young failure (see retrier.rideOut).
+	rideOut
 )
 
 // step is what plan made of a failed attempt, for rewind and wait to
@@ -51,12 +56,18 @@ type step struct {
 // plan gathers what decide needs about the failed latest attempt, with
 // the delay its retry would wait, and returns what decide said.
 func (r *retrier) plan(v verdict) step {
-	var delay time.Duration
-	if v.retry {
-		delay = r.delay()
+	f := r.facts(v)
+	if f.rideOut {
+		// Never earlier than the server asked, if it did.
+		f.delay = rideOutDelay(f.now, f.deadline)
+		if w := r.fail.wait; w.OK {
+			f.delay = max(f.delay, w.Duration)
+		}
+	} else if v.retry {
+		f.delay = r.delay()
 	}
-	f := r.facts(v, delay)
 	then, why := decide(f)
+	delay := f.delay
 	return step{then: then, why: why, delay: delay, due: f.now.Add(delay)}
 }
 
@@ -74,7 +85,7 @@ func decide(f facts) (next, Reason) {
 	case f.ctxDone:
 		// The caller has gone: nobody would read the retry's answer.
 		return stop, ReasonContextDone
-	case f.attemptsLeft <= 0:
+	case f.attemptsLeft <= 0 && !f.rideOut:
 		return stop, ReasonAttemptsUsed
 	case !f.idempotent && f.reached:
 		// Sending it again could apply it twice; only a request that
@@ -82,6 +93,14 @@ func decide(f facts) (next, Reason) {
 		return stop, ReasonNotIdempotent
 	case !f.replayable:
 		return stop, ReasonBodyNotReplayable
+	case f.rideOut && f.now.Add(f.delay).Before(f.deadline):
+		// The attempts are used, and the key's failure is young: one
+		// more attempt, spaced to fit the deadline, whatever the circuit
+		// does meanwhile. (rideOut is only set under a deadline, real or
+		// the envelope's; see retrier.rideOut.)
+		return rideOut, ReasonNone
+	case f.rideOut:
+		return stop, ReasonAttemptsUsed
 	case f.circuitOpen && f.mayWait:
 		// Open now, by this failure or by others while this attempt was
 		// in flight: the retry waits for the key to let it go, with no
@@ -334,7 +353,7 @@ func (r *retrier) delay() time.Duration {
 }
 
 // facts gathers what decide needs to know about the failed latest attempt.
-func (r *retrier) facts(v verdict, delay time.Duration) facts {
+func (r *retrier) facts(v verdict) facts {
 	f := facts{
 		retryable:    v.retry,
 		why:          v.why,
@@ -345,11 +364,75 @@ func (r *retrier) facts(v verdict, delay time.Duration) facts {
 		replayable:   r.body.Replayable(),
 		circuitOpen:  r.lane != nil && r.lane.IsOpen(),
 		mayWait:      r.maxWaitLeft() > 0,
-		delay:        delay,
 		now:          time.Now(),
 	}
 	f.deadline, _ = r.req.Context().Deadline()
+	if f.retryable && f.attemptsLeft <= 0 && f.mayWait {
+		f.rideOut, f.deadline = r.rideOut(f.now, f.deadline)
+	}
 	return f
+}
+
+// rideOutAttempts is how many attempts past WithMaxAttempts a request
+// may make to ride out a young failure of its key: with the default 4,
+// at most 6 in all, the most the usual guidance gives a single call (3 to
+// 6 attempts). Two suffice to span the envelope: the first a quarter to a
+// half of the way in, the second as far again into what is left.
+const rideOutAttempts = 2
+
+// rideOutEnvelope bounds the ride-out of a request without a deadline:
+// its last attempt comes 2.5 to 10 s after its attempts were used, past a
+// restart of a few seconds (a rolling deploy, a process manager's restart
+// of a crashed server), without holding a caller with no deadline for
+// longer than the default retry sequences of its peers (go-retryablehttp
+// waits 1+2+4+8 = 15 s over its retries, .NET's standard handler about
+// 14 s over 3).
+const rideOutEnvelope = 10 * time.Second
+
+// rideOut reports whether a request whose attempts are used may make one
+// more to ride out its key's young failure, and the instant its ride-out
+// must end by: its deadline, or without one the envelope's end. The key
+// must be failing as a whole: its circuit open, or its failure period
+// under way with no success since it began (so without a breaker, which
+// keeps that record, there is no ride-out). A request whose retries were
+// turned off (WithMaxAttempts(1)), or that may not wait (WithMaxWait(0),
+// or a key failing for longer than it would wait: see maxWaitLeft),
+// makes none.
+//
+// The attempts of a retry policy are drawn for a herd: spread, and short,
+// so that thousands of callers do not retry together, and the breaker and
+// the budget take over when failure outlasts them (the default 4 attempts
+// are over in 0.7 s on average, 1.4 s at most). A lone caller has no
+// breaker to wait behind (its few failures trip none) and no budget to run
+// out of: without a ride-out it gives up inside a one-second blip that a
+// caller with a 10 s deadline could have waited out.
+func (r *retrier) rideOut(now, deadline time.Time) (bool, time.Time) {
+	if r.s.maxAttempts <= 1 || r.attempts >= r.s.maxAttempts+rideOutAttempts || r.lane == nil {
+		return false, deadline
+	}
+	if _, only := r.lane.FailingSince(); !only {
+		// Nothing shows the key failing as a whole (no breaker keeps its
+		// failures, or other requests to it succeed): the failure may be
+		// this request's own, and waiting would not mend it.
+		return false, deadline
+	}
+	end := now.Add(min(r.maxWaitLeft(), rideOutEnvelope))
+	if !deadline.IsZero() {
+		end = now.Add(min(r.maxWaitLeft(), deadline.Sub(now)))
+	}
+	return true, end
+}
+
+// rideOutDelay draws the delay before a ride-out attempt: a quarter to a
+// half of what is left of the envelope. The first of two lands 25–50% of
+// the way in, the second 44–75%: with a 10 s deadline and attempts used
+// within 1.4 s, the first after 2.1 s and the second after 3.7 s, so an
+// outage of 1 to 3 s is over before one of them, and each leaves the
+// attempt half its envelope or more to be answered in. The draw spreads
+// callers whose attempts ran out together.
+func rideOutDelay(now, end time.Time) time.Duration {
+	left := end.Sub(now)
+	return uniform(left/4, left/4)
 }
 
 // rewind prepares the retry that decide allowed, in this order: the next

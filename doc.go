@@ -49,12 +49,14 @@
 //     send rate, its hold), and the delay is drawn: the server's
 //     Retry-After or Retry-After-Ms, clamped and spread, or the policy's.
 //  4. The decision: is the outcome retryable (WithRetryIf); has the
-//     caller's context not ended; are attempts left (WithMaxAttempts); may
-//     the request be sent again: idempotent (WithIdempotentIf) or never
-//     reached; is its body replayable; is the key's circuit closed (if it
-//     has opened, the retry waits for the key instead, with no delay and no
-//     token, or stops); does the deadline leave room for the delay (if not,
-//     the request returns at once, ReasonDeadline).
+//     caller's context not ended; are attempts left (WithMaxAttempts), or,
+//     when they are used, is the key's failure young, so that the request
+//     rides it out (see below); may the request be sent again: idempotent
+//     (WithIdempotentIf) or never reached; is its body replayable; is the
+//     key's circuit closed (if it has opened, the retry waits for the key
+//     instead, with no delay and no token, or stops); does the deadline
+//     leave room for the delay (if not, the request returns at once,
+//     ReasonDeadline).
 //  5. The next attempt's body is made ready (ReasonBodyNotReplayable if
 //     GetBody fails); then the retry budget must hold a token, unless
 //     others already wait for the key, whom the retry joins. Without a
@@ -63,6 +65,20 @@
 //  6. The failed response is drained (at most 64 KiB and 100 ms, never
 //     past the deadline) and closed, and the transport sleeps the delay,
 //     waking early if the context ends or the key's circuit opens.
+//
+// Patience follows what is known of the key. A failure is young while the
+// key has been failing for less than the longest a request would wait for
+// it (WithMaxWait, 30 s by default), and sustained after. A request whose
+// attempts are used while its key's failure is young rides it out: up to
+// two more attempts, the first a quarter to a half of the way into what is
+// left of its deadline (or, without one, of 10 s), the second as far again
+// into what is left then. The key must be failing as a whole: its circuit
+// open, or its failure period under way with no success in it (so a key
+// others find up, or a transport without a breaker, gives no ride-out).
+// WithMaxAttempts(1) and WithMaxWait(0) turn it off. A sustained failure
+// fails fast: requests its open circuit refuses return at once, and those
+// waiting for it return when it has been failing for that long, not at the
+// end of their own wait.
 //
 // A wait for a key holds no connection and no goroutine of the transport's,
 // and is not an attempt; the key lets its waiters go, oldest first, only on

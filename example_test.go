@@ -133,6 +133,7 @@ func ExampleWithHooks_slog() {
 	client := &http.Client{Transport: retryhttp.New(next,
 		retryhttp.WithHooks(slogHooks(logger)),
 		retryhttp.WithMaxAttempts(2),
+		retryhttp.WithMaxWait(0),          // give up when the attempts are used
 		retryhttp.WithRetryAfterSpread(0), // Retry-After: 0 means now
 	)}
 	defer client.CloseIdleConnections()

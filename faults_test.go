@@ -99,11 +99,16 @@ func TestFaultsPanicLeavesNothing(t *testing.T) {
 				if !c.closed {
 					// Trip the circuit, then wait past its open time: the
 					// next request is the probe.
+					// Each failing request rides out its key's young failure
+					// within its 1 s deadline, so failures come close enough
+					// together to trip.
 					for i := 0; bkState(l) != StateOpen; i++ {
 						require.Less(t, i, 20, "the circuit never opened")
-						if resp, err := get(); err == nil {
+						ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+						if resp, err := tr.RoundTrip(newReq(ctx, http.MethodGet, nil)); err == nil {
 							readBody(t, resp)
 						}
+						cancel()
 						time.Sleep(500 * time.Millisecond)
 					}
 					time.Sleep(bkConfig().OpenFor)

@@ -135,7 +135,10 @@ func WithPolicy(p Policy) RequestOption {
 }
 
 // WithMaxAttempts sets how many attempts a request may make, the first
-// included: 1 or 0 turns retries off. The default is 4.
+// included: 1 or 0 turns retries off. The default is 4. A request whose
+// attempts are used while its key's failure is young may make up to two
+// more to ride it out, within its deadline and WithMaxWait (see the
+// package documentation); WithMaxWait(0) keeps it to n.
 func WithMaxAttempts(n int) RequestOption {
 	nonNegative("WithMaxAttempts", n)
 	return newRequestOption("WithMaxAttempts", func(s *settings) { s.maxAttempts = max(n, 1) })
@@ -254,7 +257,11 @@ func WithAdaptiveRate(statuses ...int) RequestOption {
 // goroutine of the transport's; the key lets it go, oldest first, only on
 // evidence that it is back (a probe or another request answered), at a
 // rate that starts low and grows while the key keeps answering. The wait
-// is not an attempt: a request still sends at most WithMaxAttempts times.
+// is not an attempt. It also bounds how long a key may have been failing
+// for a request to wait for it: a key failing for longer is down, and its
+// open circuit refuses requests at once, while those already waiting
+// return when it has been failing for that long. A request whose attempts
+// are used rides out a key failing for less (see WithMaxAttempts).
 // When the wait ends unanswered, the caller gets what it would have got
 // without waiting (the last response, or an Error with the reason), and
 // GiveUpInfo and Error say how long it waited.

@@ -98,7 +98,8 @@ func TestResponseBufferCutBody(t *testing.T) {
 func TestResponseBufferCutNotRetried(t *testing.T) {
 	body := bytes.Repeat([]byte("b"), 100_000)
 	srv, served := cutServer(t, body, 30_000, 10, false)
-	tr := New(nil, WithPolicy(immediate{}), WithMaxAttempts(2), WithResponseBuffer(1<<20))
+	// WithMaxWait(0): no ride-out past the two attempts.
+	tr := New(nil, WithPolicy(immediate{}), WithMaxAttempts(2), WithMaxWait(0), WithResponseBuffer(1<<20))
 	defer tr.CloseIdleConnections()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL, nil)
 	require.NoError(t, err)

@@ -76,7 +76,10 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 	if t.breaker != nil {
 		t.lanes = t.breaker.set
 	} else {
-		t.lanes = perkey.NewSet(perkey.Config{})
+		// No circuits, but the requests that the budget turned back wait
+		// for the key all the same, and its tests are spaced as an open
+		// circuit's probes would be by default.
+		t.lanes = perkey.NewSet(perkey.Config{OpenFor: defaultBreakerOpenFor, OpenJitter: defaultBreakerOpenFor})
 	}
 	return t
 }

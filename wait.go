@@ -169,12 +169,22 @@ func (t *Transport) spread(l *perkey.Lane, base time.Time) time.Time {
 // budget refused. On an error it returns what to hand back with it.
 func (r *retrier) wait(p step, resp *http.Response) (*http.Response, error) {
 	r.waits.kept = nil // superseded by this attempt's outcome
-	if p.then == retryAfter {
+	if p.then == retryAfter || p.then == rideOut {
 		if resp != nil {
 			attempt.Drain(resp.Body, r.drainTime())
 			r.resp = nil
 		}
-		if err := r.sleep(time.Until(p.due)); err != nil && !(err == ErrCircuitOpen && r.maxWaitLeft() > 0) {
+		sleep := r.sleep
+		if p.then == rideOut {
+			// Its own schedule, not the circuit's: a circuit that opens
+			// meanwhile (perhaps on this request's own failures) would
+			// wake it to probe at the open time's pace, every quarter to
+			// half second, and spend its last attempts within one outage.
+			// Its admission waits for the probe if the circuit is still
+			// open when it is due.
+			sleep = r.sleepThrough
+		}
+		if err := sleep(time.Until(p.due)); err != nil && !(err == ErrCircuitOpen && r.maxWaitLeft() > 0) {
 			return nil, err
 		}
 		return nil, nil

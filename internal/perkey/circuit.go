@@ -83,6 +83,7 @@ func (l *Lane) refusedLocked(g grant, err error) error {
 	switch {
 	case g == grantTest:
 		l.testing = false
+		l.updateWaitBitLocked()
 	case g == grantTurn && l.rec != nil:
 		l.rec.answered() // a turn that sends nothing is not in flight
 	}

@@ -49,11 +49,9 @@ func (l *Lane) View(now time.Time) View {
 	v := View{State: state, Since: l.changed, Isolated: l.isolated, Probes: l.probes, Sleepers: l.sleepers,
 		Waiting: l.queue.len(), Recovering: l.rec != nil, Quota: l.adv}
 	if l.failing.Load() {
-		v.FailingSince, v.Failing, v.Failures, v.Successes = l.since, true, l.fails, l.succ.Load()
+		v.Failing, v.Failures, v.Successes = true, l.fails, l.succ.Load()
 	}
-	if !l.failingSince.IsZero() {
-		v.FailingSince = l.failingSince
-	}
+	v.FailingSince = l.failingSinceLocked()
 	if state == Open && !l.isolated {
 		v.OpenUntil = l.openUntil
 	}
@@ -83,4 +81,29 @@ func (v View) ProbeAt(now time.Time) time.Time {
 		at = v.HoldUntil
 	}
 	return at
+}
+
+// FailingSince returns when the key began failing (see View.FailingSince):
+// what a request reads to tell a young failure from a sustained one. only
+// reports that nothing has succeeded since: the circuit is open or
+// half-open, or its failure period has seen no success. A lane without
+// circuits keeps no failure period: the zero time.
+func (l *Lane) FailingSince() (since time.Time, only bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	since = l.failingSinceLocked()
+	return since, !since.IsZero() && (!l.failingSince.IsZero() || l.succ.Load() == 0)
+}
+
+// failingSinceLocked: the start of the failures that opened the circuit,
+// while it is open or half-open, or of a failure period under way on a
+// closed circuit; the zero time if neither. Called with mu held.
+func (l *Lane) failingSinceLocked() time.Time {
+	switch {
+	case !l.failingSince.IsZero():
+		return l.failingSince
+	case l.failing.Load():
+		return l.since
+	}
+	return time.Time{}
 }

@@ -214,12 +214,15 @@ func (l *Lane) tick() {
 	l.mu.Unlock()
 }
 
-// updateWaitBitLocked sets the wait bit while requests wait or the key
-// recovers, so that admissions and outcomes take the slow path. Called
-// with mu held.
+// updateWaitBitLocked sets the wait bit while requests wait, the key
+// recovers or its test is under way, so that admissions and outcomes take
+// the slow path: the test's own admission among them, or, the last waiter
+// gone to test, it would be admitted as a plain attempt whose outcome the
+// lane never hears of, and the next waiters would wait for a test that
+// never ends. Called with mu held.
 func (l *Lane) updateWaitBitLocked() {
 	w := l.word.Load()
-	if l.queue.len() > 0 || l.rec != nil {
+	if l.queue.len() > 0 || l.rec != nil || l.testing {
 		if w&waitBit == 0 {
 			l.word.Store(w | waitBit)
 		}

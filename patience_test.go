@@ -1,0 +1,223 @@
+package retryhttp
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// outageNext answers every attempt with fail until end, then 200.
+type outageNext struct {
+	end   time.Time
+	fail  func(req *http.Request) (*http.Response, error)
+	calls atomic.Int32
+}
+
+func (n *outageNext) RoundTrip(req *http.Request) (*http.Response, error) {
+	n.calls.Add(1)
+	if time.Now().Before(n.end) {
+		return n.fail(req)
+	}
+	return newResponse(req, http.StatusOK, newCountingBody("ok")), nil
+}
+
+func answer503(req *http.Request) (*http.Response, error) {
+	return newResponse(req, http.StatusServiceUnavailable, newCountingBody("down")), nil
+}
+
+func refuseDial(*http.Request) (*http.Response, error) {
+	return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+}
+
+// A lone caller with a 10 s deadline and a fresh transport, sent as a
+// host's outage begins, rides the outage out: the default 4 attempts are
+// over within 1.4 s, and the two ride-out attempts past them land far
+// enough into the deadline for an outage of 1 to 3 s to be over before
+// one of them.
+func TestLoneCallerRidesOut(t *testing.T) {
+	const trials = 200
+	for _, c := range []struct {
+		name   string
+		outage time.Duration
+		fail   func(*http.Request) (*http.Response, error)
+	}{
+		{"503 for 1s", time.Second, answer503},
+		{"503 for 3s", 3 * time.Second, answer503},
+		{"refused for 2s", 2 * time.Second, refuseDial},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			delivered, most := 0, 0
+			var longest time.Duration
+			for range trials {
+				synctest.Test(t, func(t *testing.T) {
+					start := time.Now()
+					next := &outageNext{end: start.Add(c.outage), fail: c.fail}
+					ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+					defer cancel()
+					resp, err := New(next).RoundTrip(newReq(ctx, http.MethodGet, nil))
+					if err == nil && resp.StatusCode == http.StatusOK {
+						delivered++
+					}
+					if resp != nil {
+						readBody(t, resp)
+					}
+					most = max(most, int(next.calls.Load()))
+					longest = max(longest, time.Since(start))
+				})
+			}
+			t.Logf("%s: %d of %d delivered, at most %d attempts, the longest in %v", c.name, delivered, trials, most, longest)
+			assert.GreaterOrEqual(t, delivered, trials*99/100, "delivered")
+			assert.LessOrEqual(t, most, defaultMaxAttempts+rideOutAttempts, "attempts of one request")
+		})
+	}
+}
+
+// What turns the ride-out off: retries turned off, no wait allowed, no
+// breaker to show the key failing, or a key that other requests find up.
+func TestRideOutNeedsEvidence(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		opts     []Option
+		others   bool // another path of the key answers 200 meanwhile
+		attempts int
+	}{
+		{"defaults", nil, false, defaultMaxAttempts + rideOutAttempts},
+		{"WithMaxAttempts(1)", []Option{WithMaxAttempts(1)}, false, 1},
+		{"WithMaxWait(0)", []Option{WithMaxWait(0)}, false, defaultMaxAttempts},
+		{"no breaker", []Option{WithBreaker(nil)}, false, defaultMaxAttempts},
+		{"the key answers others", nil, true, defaultMaxAttempts},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var fails atomic.Int32
+				next := peerRT(func(req *http.Request) (*http.Response, error) {
+					if req.URL.Path == "/up" {
+						return newResponse(req, http.StatusOK, newCountingBody("ok")), nil
+					}
+					fails.Add(1)
+					return answer503(req)
+				})
+				tr := New(next, c.opts...)
+				done := make(chan struct{})
+				if !c.others {
+					close(done)
+				} else {
+					// Requests that succeed between this one's attempts.
+					go func() {
+						defer close(done)
+						for range 20 {
+							req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://example.test/up", nil)
+							resp, err := tr.RoundTrip(req)
+							if assert.NoError(t, err) {
+								readBody(t, resp)
+							}
+							time.Sleep(100 * time.Millisecond)
+						}
+					}()
+				}
+				resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+				require.NoError(t, err)
+				readBody(t, resp)
+				assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+				assert.EqualValues(t, c.attempts, fails.Load(), "attempts")
+				<-done
+			})
+		})
+	}
+}
+
+// A dependency down for 3 minutes, called 10 times a second by requests
+// without a deadline: once the key has been failing for longer than a
+// request would wait for it (WithMaxWait, 30 s by default), the failure is
+// sustained and requests fail at once, instead of each holding its caller
+// for the whole wait; the host sees the probes of the open circuit and
+// little else.
+func TestDeadDependencyFailsFast(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			outage = 3 * time.Minute
+			every  = 100 * time.Millisecond
+		)
+		start := time.Now()
+		next := &outageNext{end: start.Add(outage), fail: answer503}
+		tr := New(next)
+		n := int(outage / every)
+		took := make([]time.Duration, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				sent := time.Now()
+				resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+				took[i] = time.Since(sent)
+				if err == nil {
+					readBody(t, resp)
+				}
+			})
+			time.Sleep(every)
+		}
+		wg.Wait()
+		late := slices.Clone(took[int(time.Minute/every):])
+		slices.Sort(late)
+		p95 := late[len(late)*95/100]
+		early := slices.Clone(took[:int(10*time.Second/every)])
+		slices.Sort(early)
+		t.Logf("attempts in %v: %d; requests after the first minute: p50 %v, p95 %v, max %v; in the first 10 s: p50 %v, max %v",
+			outage, next.calls.Load(), late[len(late)/2], p95, late[len(late)-1], early[len(early)/2], early[len(early)-1])
+		assert.LessOrEqual(t, p95, time.Second, "p95 of requests after the first minute")
+		assert.LessOrEqual(t, next.calls.Load(), int32(400), "attempts that reached the host")
+	})
+}
+
+// Without a breaker, 10,000 GETs at once through a 20 s outage: the
+// budget turns most retries back, and those requests wait for the key,
+// which a test at a time tries; once one succeeds the waiters go. None is
+// handed back its old failure after the host has returned. (The first
+// waiter used to be let go to test while alone in the queue, admitted as a
+// plain attempt whose outcome the key never heard of: every later waiter
+// waited out its 30 s for a test that never ended.)
+func TestBreakerOffNoWaitForNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			requests = 10_000
+			outage   = 20 * time.Second
+		)
+		start := time.Now()
+		next := &outageNext{end: start.Add(outage), fail: answer503}
+		tr := New(next, WithBreaker(nil))
+		var wg sync.WaitGroup
+		var delivered, failedAfter atomic.Int32
+		var last atomic.Int64
+		for range requests {
+			wg.Go(func() {
+				resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+				ok := err == nil && resp.StatusCode == http.StatusOK
+				if err == nil {
+					readBody(t, resp)
+				}
+				switch {
+				case ok:
+					delivered.Add(1)
+				case time.Since(start) >= outage:
+					failedAfter.Add(1)
+				}
+				last.Store(max(last.Load(), int64(time.Since(start))))
+			})
+		}
+		wg.Wait()
+		t.Logf("%d of %d delivered, %d failures handed back after the host returned at %v, the last request back at %v, %d attempts",
+			delivered.Load(), requests, failedAfter.Load(), outage, time.Duration(last.Load()), next.calls.Load())
+		assert.Zero(t, failedAfter.Load(), "failures handed back after the host returned")
+		assert.EqualValues(t, requests, delivered.Load(), "delivered")
+	})
+}
