@@ -60,14 +60,22 @@ func (r *retrier) admitSlow(trs perkey.Transitions, err error) error {
 		case *perkey.HeldError:
 			r.t.stats.held.Add(1)
 			dl, _ := r.req.Context().Deadline()
-			wait, ok := r.lane.HeldWait(e, r.s.retryAfterSpread, held, r.s.maxRetryAfter+r.s.retryAfterSpread, dl)
+			patience := r.s.maxRetryAfter + r.s.retryAfterSpread
+			wait, spread, ok := r.lane.HeldWait(e, held, patience, dl)
 			if !ok {
 				return &heldError{until: e.Until}
 			}
-			if serr := r.sleep(wait); serr != nil && serr != ErrCircuitOpen {
+			serr := r.sleep(wait)
+			held += wait
+			if serr == nil && spread {
+				// Spread by the crowd at the hold's end (see crowdSpread).
+				var d time.Duration
+				d, serr = r.spreadCrowd(min(r.s.retryAfterSpread, patience-held))
+				held += d
+			}
+			if serr != nil && serr != ErrCircuitOpen {
 				return serr
 			}
-			held += wait
 			var tk perkey.Ticket
 			tk, trs, err = r.lane.Admit(r.req.Context(), r.limits())
 			r.adm.ticket, r.adm.ok = tk, err == nil

@@ -328,7 +328,8 @@ func hasCTL(s string) bool {
 }
 
 // delay returns the wait before the next attempt: the server's, spread,
-// when it asked; otherwise the policy's draw. A Policy must not return a
+// when it asked (with a lane, the spread is drawn when that wait is over:
+// see retrier.wait); otherwise the policy's draw. A Policy must not return a
 // negative delay; one that does waits nothing, rather than a negative time
 // in Stats.
 func (r *retrier) delay() time.Duration {
@@ -342,14 +343,47 @@ func (r *retrier) delay() time.Duration {
 		// rate the pacer has yet to learn, would retry at once.
 		return wait.Duration
 	}
-	if wait.OK {
+	if wait.OK && r.lane == nil {
 		return wait.WithSpread(r.s.retryAfterSpread)
+	}
+	if wait.OK {
+		// Spread when the wait is over, by the crowd then (see
+		// retrier.wait).
+		return wait.Duration
 	}
 	var prev time.Duration // a policy that uses it always has a lane: see RoundTrip
 	if r.lane != nil {
 		prev = r.lane.Prev()
 	}
 	return max(r.s.policy.Delay(r.attempts, prev), 0)
+}
+
+// crowdRate is the most requests a second that a crowd told the same
+// instant (a Retry-After, a hold's end) returns at, while its spread is
+// narrower than WithRetryAfterSpread: the spread is the crowd's size over
+// this rate. A lone caller takes a Retry-After as given (1 ms); 100
+// requests spread over 100 ms; 1,000 or more over the whole default 1 s,
+// as every crowd was.
+const crowdRate = 1000
+
+// crowdSpread returns the spread above a Retry-After or a hold's end for
+// this request: WithRetryAfterSpread, narrowed in proportion to how many
+// requests of the key sleep toward it or wait for it now (the request
+// itself included), so that the spread, whose purpose is to keep a crowd
+// from returning at one instant, does not delay a caller that has no
+// crowd to be kept from. A request with no lane knows of no crowd and
+// takes the whole spread.
+//
+// The crowd is counted when the server's wait is over, not when the
+// answer came: a crowd told the same instant gets its answers one after
+// another, and the first of them would count only those before it, while
+// at the instant itself every member still sleeps toward the key.
+func (r *retrier) crowdSpread() time.Duration {
+	s := r.s.retryAfterSpread
+	if r.lane == nil || s <= 0 {
+		return s
+	}
+	return min(s, time.Duration(r.lane.Crowd()+1)*time.Second/crowdRate)
 }
 
 // facts gathers what decide needs to know about the failed latest attempt.

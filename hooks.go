@@ -67,7 +67,7 @@ type AttemptDoneInfo struct {
 type RetryInfo struct {
 	Request    *http.Request // the caller's request
 	Retry      int           // the retry's number: 1 for the first retry (the second attempt)
-	Delay      time.Duration // the wait drawn before it
+	Delay      time.Duration // the wait drawn before it; after a Retry-After, without the spread, drawn when the wait is over
 	RetryAfter bool          // the server's Retry-After set the delay
 	Clamped    bool          // the Retry-After asked for more than the clamp allows
 }

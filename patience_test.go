@@ -218,6 +218,39 @@ func TestBreakerOffNoWaitForNothing(t *testing.T) {
 		t.Logf("%d of %d delivered, %d failures handed back after the host returned at %v, the last request back at %v, %d attempts",
 			delivered.Load(), requests, failedAfter.Load(), outage, time.Duration(last.Load()), next.calls.Load())
 		assert.Zero(t, failedAfter.Load(), "failures handed back after the host returned")
-		assert.EqualValues(t, requests, delivered.Load(), "delivered")
+		// A waiter let go to test the key in the outage may use its last
+		// attempt on it, and stop then.
+		assert.GreaterOrEqual(t, delivered.Load(), int32(requests*99/100), "delivered")
 	})
 }
+
+// The spread above a Retry-After follows the crowd: a lone caller takes
+// the server's word (1 ms of spread per request sleeping toward the key),
+// while 1,000 told the same instant are spread over the whole second
+// (TestTransportRetryAfterHerd).
+func TestLoneCallerTakesRetryAfterAsGiven(t *testing.T) {
+	for range 20 {
+		synctest.Test(t, func(t *testing.T) {
+			start := time.Now()
+			var at []time.Duration
+			next := peerRT(func(req *http.Request) (*http.Response, error) {
+				at = append(at, time.Since(start))
+				if len(at) == 1 {
+					resp := newResponse(req, http.StatusServiceUnavailable, newCountingBody("busy"))
+					resp.Header.Set("Retry-After", "1")
+					return resp, nil
+				}
+				return newResponse(req, http.StatusOK, newCountingBody("ok")), nil
+			})
+			resp, err := New(next).RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+			require.NoError(t, err)
+			readBody(t, resp)
+			require.Len(t, at, 2)
+			assert.GreaterOrEqual(t, at[1], time.Second, "the retry came before the server asked")
+			assert.Less(t, at[1], time.Second+crowdSpread1, "the retry of a lone caller, spread as if by a crowd")
+		})
+	}
+}
+
+// crowdSpread1 is the spread a crowd of one calls for.
+const crowdSpread1 = time.Second / crowdRate

@@ -184,7 +184,11 @@ func (r *retrier) wait(p step, resp *http.Response) (*http.Response, error) {
 			// open when it is due.
 			sleep = r.sleepThrough
 		}
-		if err := sleep(time.Until(p.due)); err != nil && !(err == ErrCircuitOpen && r.maxWaitLeft() > 0) {
+		err := sleep(time.Until(p.due))
+		if err == nil && p.then == retryAfter && r.fail.wait.OK && !r.fail.throttled && r.lane != nil {
+			_, err = r.spreadCrowd(r.s.retryAfterSpread)
+		}
+		if err != nil && !(err == ErrCircuitOpen && r.maxWaitLeft() > 0) {
 			return nil, err
 		}
 		return nil, nil
@@ -196,6 +200,22 @@ func (r *retrier) wait(p step, resp *http.Response) (*http.Response, error) {
 		}
 	}
 	return nil, nil
+}
+
+// spreadCrowd sleeps the spread above a server's Retry-After or a hold's
+// end, once that wait is over (see crowdSpread): a draw from the spread
+// the request's crowd calls for now, at most bound and at most half of
+// what is left before the deadline. It returns what it slept.
+func (r *retrier) spreadCrowd(bound time.Duration) (time.Duration, error) {
+	s := min(r.crowdSpread(), bound)
+	if dl, ok := r.req.Context().Deadline(); ok {
+		s = min(s, time.Until(dl)/2)
+	}
+	if s <= 0 {
+		return 0, nil
+	}
+	d := uniform(0, s)
+	return d, r.sleep(d)
 }
 
 // drainTime bounds the drain of a failed response: attempt.DrainTimeout, and never

@@ -191,23 +191,21 @@ func (l *Lane) admitted(ctx context.Context, lim Limits, tk Ticket, trs Transiti
 }
 
 // HeldWait returns how long a request that a hold refused with e waits
-// before it asks again: to the hold's end plus a draw of up to spread. ok
-// is false when held plus that wait would pass patience, or the wait
-// would reach deadline (the zero time: none).
-func (l *Lane) HeldWait(e *HeldError, spread, held, patience time.Duration, deadline time.Time) (wait time.Duration, ok bool) {
-	if l.Paced() && l.advertises.Load() {
-		// Paced at the quota it advertises: its pacer lets the held
-		// requests go one after another at that rate, which a spread on
-		// top would only slow. Otherwise the spread keeps them from
-		// returning together.
-		spread = 0
-	}
+// before it asks again: to the hold's end; and whether it then spreads
+// (a draw the root package makes by the crowd then). ok is false when
+// held plus that wait would pass patience, or the wait would reach
+// deadline (the zero time: none).
+func (l *Lane) HeldWait(e *HeldError, held, patience time.Duration, deadline time.Time) (wait time.Duration, spread, ok bool) {
+	// Paced at the quota it advertises: its pacer lets the held requests
+	// go one after another at that rate, which a spread on top would only
+	// slow. Otherwise the spread keeps them from returning together.
+	spread = !(l.Paced() && l.advertises.Load())
 	now := time.Now()
-	wait = e.Until.Sub(now) + Uniform(0, spread)
+	wait = e.Until.Sub(now)
 	if held+wait > patience || !deadline.IsZero() && !now.Add(wait).Before(deadline) {
-		return 0, false
+		return 0, false, false
 	}
-	return wait, true
+	return wait, spread, true
 }
 
 // closedChan is the opened channel of every open circuit.

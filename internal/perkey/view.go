@@ -83,6 +83,13 @@ func (v View) ProbeAt(now time.Time) time.Time {
 	return at
 }
 
+// Crowd returns how many requests sleep toward the key or wait for it.
+func (l *Lane) Crowd() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sleepers + l.queue.len()
+}
+
 // FailingSince returns when the key began failing (see View.FailingSince):
 // what a request reads to tell a young failure from a sustained one. only
 // reports that nothing has succeeded since: the circuit is open or
