@@ -42,7 +42,19 @@ func (r *retrier) admit() error {
 func (r *retrier) limits() perkey.Limits {
 	lim := r.s.inFlight
 	lim.Queue = r.s.maxWait > r.waits.total
+	lim.Route = r.route()
 	return lim
+}
+
+// route returns the route of the request that a server's Retry-After
+// holds (see perkey.Lane.holdFor): its method and path, under the default
+// key; under WithKey, the zero Route: the key function's key is the scope
+// a hold covers.
+func (r *retrier) route() perkey.Route {
+	if r.t.keyFunc != nil {
+		return perkey.Route{}
+	}
+	return perkey.Route{Method: r.req.Method, Path: r.req.URL.Path}
 }
 
 // admitSlow finishes an admission that made changes or was refused: it

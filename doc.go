@@ -33,8 +33,10 @@
 // Every attempt of a request goes through these steps, in this order.
 //
 //  1. Admission. The request's key lets the attempt go: a hold (a server's
-//     Retry-After of 5 s or more holds the whole key) is waited out, plus a
-//     spread, if the deadline and the Retry-After clamp allow, else the
+//     Retry-After of 5 s or more holds the route it answered, method and
+//     path, or the whole key on host-wide evidence: a 429, the host's root
+//     "/", a second route held, or a key from WithKey) is waited out, plus
+//     a spread, if the deadline and the Retry-After clamp allow, else the
 //     request stops (ReasonHeld); an open circuit, or a key an operator
 //     isolated, is waited for until the key recovers, as WithMaxWait
 //     allows, else the request stops (ReasonCircuitOpen); a throttled key's

@@ -247,7 +247,7 @@ func (r *retrier) wrap(attemptErr error, reason Reason, cause error) error {
 	k := r.keyOf()
 	e := &Error{Method: r.req.Method, Key: k.String(), Attempts: r.attempts, Reason: reason, Err: err, Waited: r.waits.total, key: k}
 	if (reason == ReasonCircuitOpen || reason == ReasonHeld) && r.lane != nil {
-		e.Until = r.probeAt()
+		e.Until = r.probeAt(cause)
 	}
 	return e
 }

@@ -193,7 +193,7 @@ func (r *retrier) recordFailure(v verdict, resp *http.Response) failure {
 	if w.Clamped {
 		r.t.stats.retryAfter.clamped.Add(1)
 	}
-	o := perkey.Outcome{Kind: v.host, Wait: w.Duration, Asked: w.Asked}
+	o := perkey.Outcome{Kind: v.host, Wait: w.Duration, Asked: w.Asked, Route: r.route()}
 	if throttles(r.s.throttleOn, resp.StatusCode) {
 		o.Facts |= perkey.Throttles
 	}

@@ -254,3 +254,86 @@ func TestLoneCallerTakesRetryAfterAsGiven(t *testing.T) {
 
 // crowdSpread1 is the spread a crowd of one calls for.
 const crowdSpread1 = time.Second / crowdRate
+
+// A Retry-After holds the route it answered: /export told to come back in
+// 10 s holds /export, while /healthz on the same host, 100 ms later, is
+// sent and answered. Host-wide evidence holds the whole key: a 503 for the
+// host's root, a second route held, a 429 (a rate limit counts the
+// client's requests), or a key function naming the scope.
+func TestHoldCoversTheRoute(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		opts   []Option
+		status int
+		held   []string // the paths answered with Retry-After: 10, in order
+		sent   bool     // /healthz is sent
+	}{
+		{"one route", nil, http.StatusServiceUnavailable, []string{"/export"}, true},
+		{"the root", nil, http.StatusServiceUnavailable, []string{"/"}, false},
+		{"two routes", nil, http.StatusServiceUnavailable, []string{"/export", "/report"}, false},
+		{"a 429", nil, http.StatusTooManyRequests, []string{"/export"}, false},
+		{"WithKey", []Option{WithKey(func(r *http.Request) string { return r.URL.Host })}, http.StatusServiceUnavailable, []string{"/export"}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var mu sync.Mutex
+				seen := map[string]int{}
+				next := peerRT(func(req *http.Request) (*http.Response, error) {
+					mu.Lock()
+					seen[req.URL.Path]++
+					mu.Unlock()
+					if req.URL.Path == "/healthz" {
+						return newResponse(req, http.StatusOK, newCountingBody("ok")), nil
+					}
+					resp := newResponse(req, c.status, newCountingBody("later"))
+					resp.Header.Set("Retry-After", "10")
+					return resp, nil
+				})
+				tr := New(next, c.opts...)
+				get := func(path string, within time.Duration) (*http.Response, error) {
+					ctx, cancel := context.WithTimeout(t.Context(), within)
+					defer cancel()
+					req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://api.example.test"+path, nil)
+					resp, err := tr.RoundTrip(req)
+					if err == nil {
+						readBody(t, resp)
+					}
+					return resp, err
+				}
+				for _, p := range c.held {
+					// A 2 s deadline: the 10 s wait cannot fit, the answer
+					// comes back at once, and the key or route is held.
+					resp, err := get(p, 2*time.Second)
+					require.NoError(t, err)
+					require.Equal(t, c.status, resp.StatusCode)
+				}
+				time.Sleep(100 * time.Millisecond)
+				start := time.Now()
+				resp, err := get("/healthz", 500*time.Millisecond)
+				if c.sent {
+					require.NoError(t, err)
+					assert.Equal(t, http.StatusOK, resp.StatusCode)
+					assert.Less(t, time.Since(start), 500*time.Millisecond)
+					// The held route itself stays held.
+					_, err = get(c.held[0], time.Second)
+					assert.ErrorIs(t, err, ErrHeld)
+					var e *Error
+					require.ErrorAs(t, err, &e)
+					at, why := tr.RetryAt(nil, err)
+					assert.Equal(t, ReasonHeld, why)
+					assert.False(t, at.Before(e.Until), "RetryAt %v, before the route's hold ends at %v", at, e.Until)
+					assert.Greater(t, e.Until.Sub(start), 9*time.Second, "Error.Until: the route's hold")
+				} else {
+					assert.ErrorIs(t, err, ErrHeld)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if c.sent {
+					assert.Equal(t, 1, seen["/healthz"])
+				} else {
+					assert.Zero(t, seen["/healthz"], "/healthz sent while the key is held")
+				}
+			})
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package retryhttp
 
 import (
+	"errors"
 	"net/http"
 	"time"
 
@@ -278,7 +279,7 @@ func (r *retrier) finish(resp *http.Response, attemptErr error, reason Reason, c
 	}
 	info := GiveUpInfo{Request: r.req, Attempts: r.attempts, Reason: reason, Waited: r.waits.total}
 	if resp == nil && (reason == ReasonCircuitOpen || reason == ReasonHeld) && r.t.localOpen && r.lane != nil {
-		resp = localOpenResponse(r.req, r.keyOf(), r.probeAt(), r.s.retryAfterSpread, reason)
+		resp = localOpenResponse(r.req, r.keyOf(), r.probeAt(cause), r.s.retryAfterSpread, reason)
 		r.resp = resp
 		info.Local = true
 		r.t.stats.localResponses.Add(1)
@@ -295,10 +296,17 @@ func (r *retrier) finish(resp *http.Response, attemptErr error, reason Reason, c
 	return resp, err
 }
 
-// probeAt returns when the key may next be tried (see perkey.View.ProbeAt).
-func (r *retrier) probeAt() time.Time {
+// probeAt returns when the request may next be tried: when its key may
+// (see perkey.View.ProbeAt), or, if cause is a hold of its route alone,
+// when that hold ends, whichever is later.
+func (r *retrier) probeAt(cause error) time.Time {
 	now := time.Now()
-	return r.lane.View(now).ProbeAt(now)
+	at := r.lane.View(now).ProbeAt(now)
+	var h *heldError
+	if errors.As(cause, &h) && h.until.After(at) {
+		at = h.until
+	}
+	return at
 }
 
 // hostKey is what per-key state is kept by: scheme://host[:port] by

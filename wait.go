@@ -93,6 +93,11 @@ func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Reason) 
 		}
 		k = e.key
 		limit = e.Reason == ReasonBudgetExhausted
+		if e.Reason == ReasonHeld && e.Until.After(now) {
+			// Its route's hold, or its key's, which the key's view below
+			// reads again.
+			at, why = e.Until.Add(uniform(0, t.s.retryAfterSpread)), ReasonHeld
+		}
 	}
 	l := t.lanes.Peek(k)
 	if l != nil {

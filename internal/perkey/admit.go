@@ -34,6 +34,10 @@ type Limits struct {
 	// turn through Wait); without it, the newcomer goes at once, as a
 	// dispatcher that keeps its own queue wants.
 	Queue bool
+	// Route is the route the attempt goes to, which a hold of that route
+	// alone refuses; the zero Route is the whole key's, which only a hold
+	// of the whole key refuses.
+	Route Route
 }
 
 // Ticket is what Admit hands an attempt, and the only way to record its
@@ -133,7 +137,7 @@ func (l *Lane) admitLoop(ctx context.Context, lim Limits, until time.Time, join 
 	last := errWaitedOut // what a wait whose time is up ends with
 	for {
 		if !join {
-			tk, err := l.allow(&trs, g, lim.Queue)
+			tk, err := l.allow(&trs, g, lim)
 			switch {
 			case err == nil:
 				return l.admitted(ctx, lim, tk, trs)

@@ -9,7 +9,7 @@ import "time"
 // their turn. g is what the queue let the request go with, if it did. An
 // admitted attempt to a paced key must still wait for the key's send rate
 // (pacedFlag). Changes are added to trs.
-func (l *Lane) allow(trs *Transitions, g grant, queue bool) (Ticket, error) {
+func (l *Lane) allow(trs *Transitions, g grant, lim Limits) (Ticket, error) {
 	w := l.word.Load()
 	if w&fastMask == 0 {
 		return Ticket{gen: w >> stateBits}, nil
@@ -25,6 +25,12 @@ func (l *Lane) allow(trs *Transitions, g grant, queue bool) (Ticket, error) {
 			return Ticket{}, l.refusedLocked(g, &HeldError{Until: l.holdUntil})
 		}
 		trs.add(l.unholdLocked())
+	}
+	if l.word.Load()&routeBit != 0 {
+		if until := l.routes[lim.Route]; now.Before(until) {
+			return Ticket{}, l.refusedLocked(g, &HeldError{Until: until})
+		}
+		l.routeHeldLocked(now) // forgets the holds that are over
 	}
 	state, gen := unpack(l.word.Load())
 	if state == Open {
@@ -55,7 +61,7 @@ func (l *Lane) allow(trs *Transitions, g grant, queue bool) (Ticket, error) {
 			// The recovery is over: an attempt like any other.
 		case g == grantTest:
 			tk.set(testFlag)
-		case l.rec != nil && queue:
+		case l.rec != nil && lim.Queue:
 			return Ticket{}, ErrTurn
 		default:
 			// Requests wait for a closed key (their retries found no

@@ -135,6 +135,9 @@ type Lane struct {
 	episode   time.Time // when the circuit last opened; guarded by mu
 	isolated  bool      // open until an operator resets it; guarded by mu
 	holdUntil time.Time // no attempt before then, while the held bit is set; guarded by mu
+	// routes are the key's routes held on their own, with when each hold
+	// ends, while the route bit is set (see holdFor). Guarded by mu.
+	routes    map[Route]time.Time
 	heldSince time.Time // guarded by mu
 	probes    int       // probes in flight while half-open; guarded by mu
 	sleepers  int       // requests sleeping toward the key; guarded by mu
@@ -160,12 +163,13 @@ type Lane struct {
 }
 
 const (
-	stateBits = 5      // state, held, paced and wait flags
+	stateBits = 6      // state, held, paced, wait and route flags
 	stateMask = 3      // the circuit's state
 	heldBit   = 1 << 2 // a hold is in force
 	pacedBit  = 1 << 3 // the key's send rate is limited (see pacer)
 	waitBit   = 1 << 4 // requests wait for the key, or it recovers (see wait.go)
-	flagBits  = heldBit | pacedBit | waitBit
+	routeBit  = 1 << 5 // some route of the key is held (see hold.go)
+	flagBits  = heldBit | pacedBit | waitBit | routeBit
 	// fastMask: none of these set means closed, not held, not paced, and
 	// nobody waits.
 	fastMask = 1<<stateBits - 1
@@ -202,6 +206,9 @@ type Outcome struct {
 	// Wait is what a usable Retry-After asked for, clamped, and Asked what
 	// it asked before the clamp.
 	Wait, Asked time.Duration
+	// Route is the route the attempt went to; the zero Route stands for
+	// the whole key (see holdFor).
+	Route Route
 }
 
 // Facts are what a response said that the key's hold and send rate
@@ -250,7 +257,7 @@ func (s *Set) Heard(k Key, o Outcome) (*Lane, Transitions) {
 func (l *Lane) doneSlow(t Ticket, o Outcome, counted bool) Transitions {
 	var trs Transitions
 	if o.holds() {
-		trs = l.Hold(time.Now().Add(o.Wait))
+		trs = l.holdFor(o, time.Now().Add(o.Wait))
 	}
 	switch {
 	case o.Kind == Success:
@@ -358,7 +365,7 @@ func (l *Lane) idle(now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	w := l.word.Load()
-	if l.probes != 0 || l.sleepers != 0 || l.isolated || (w&heldBit != 0 && now.Before(l.holdUntil)) ||
+	if l.probes != 0 || l.sleepers != 0 || l.isolated || (w&heldBit != 0 && now.Before(l.holdUntil)) || l.routeHeldLocked(now) ||
 		l.queue.len() != 0 || l.rec != nil || l.testing {
 		return false
 	}

@@ -350,10 +350,10 @@ func (e *evidence) find(partition string, limit int64) int {
 // retry's delay obeys.
 const holdThreshold = 5 * time.Second
 
-// holds reports whether the response holds the whole key until its wait
-// ends: a long wait asked for, never past the clamp; or any wait a 429
-// asks for, since the server refuses the key's requests until then, not
-// only this one's.
+// holds reports whether the response holds its route, or the whole key
+// (see holdFor), until its wait ends: a long wait asked for, never past
+// the clamp; or any wait a 429 asks for, since the server refuses the
+// key's requests until then, not only this one's.
 func (o Outcome) holds() bool {
 	return o.Facts&RetryAfter != 0 && o.Wait > 0 && (o.Asked >= holdThreshold || o.Facts&TooMany != 0)
 }
