@@ -42,7 +42,11 @@ func (r *retrier) admit() error {
 func (r *retrier) limits() perkey.Limits {
 	lim := r.s.inFlight
 	lim.Queue = r.s.maxWait > r.waits.total
-	lim.Route = r.route()
+	if r.lane.RoutesHeld() {
+		// Only then does the admission look at the route: the success
+		// path of a key with no route held does not build it.
+		lim.Route = r.route()
+	}
 	return lim
 }
 

@@ -72,6 +72,10 @@ func (l *Lane) holdFor(o Outcome, until time.Time) Transitions {
 	return Transitions{}
 }
 
+// RoutesHeld reports whether some route of the key may be held, with one
+// atomic load.
+func (l *Lane) RoutesHeld() bool { return l.word.Load()&routeBit != 0 }
+
 // routeHeldLocked forgets the route holds that are over, clears the route
 // bit when none is left, and reports whether any is. Called with mu held.
 func (l *Lane) routeHeldLocked(now time.Time) bool {
