@@ -337,3 +337,59 @@ func TestHoldCoversTheRoute(t *testing.T) {
 		})
 	}
 }
+
+// A service calls a key at a steady 200 requests a second; the key
+// refuses connections for 2 s. No request fails (the waits ride it out),
+// and as the key comes back the waiters return at no more than twice the
+// rate they came at, beside the flow that goes on: no 100 ms after the
+// return carries more than 4 times the steady rate (the whole backlog of
+// 400 within half a second would be 5 to 6 times).
+func TestRecoveryRampsFromTheFlow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const (
+			every  = 5 * time.Millisecond // 200 requests a second
+			bucket = 100 * time.Millisecond
+			steady = int(bucket / every)
+		)
+		start := time.Now()
+		downFrom, downTo := start.Add(5*time.Second), start.Add(7*time.Second)
+		var mu sync.Mutex
+		per := map[int]int{} // attempts per bucket from start
+		next := peerRT(func(req *http.Request) (*http.Response, error) {
+			now := time.Now()
+			mu.Lock()
+			per[int(now.Sub(start)/bucket)]++
+			mu.Unlock()
+			time.Sleep(every) // the answer's latency
+			if !now.Before(downFrom) && now.Before(downTo) {
+				return refuseDial(req)
+			}
+			return newResponse(req, http.StatusOK, newCountingBody("ok")), nil
+		})
+		tr := New(next)
+		var wg sync.WaitGroup
+		var failed atomic.Int32
+		for range int(12 * time.Second / every) {
+			wg.Go(func() {
+				resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				readBody(t, resp)
+			})
+			time.Sleep(every)
+		}
+		wg.Wait()
+		back := int(downTo.Sub(start) / bucket)
+		most, at := 0, 0
+		for b := back; b < back+30; b++ {
+			if per[b] > most {
+				most, at = per[b], b-back
+			}
+		}
+		t.Logf("steady %d per 100 ms; after the return at most %d, %v after it; failed %d", steady, most, time.Duration(at)*bucket, failed.Load())
+		assert.Zero(t, failed.Load(), "requests failed")
+		assert.LessOrEqual(t, most, 4*steady, "attempts in a 100 ms after the return")
+	})
+}

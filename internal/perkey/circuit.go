@@ -207,7 +207,7 @@ func (l *Lane) closeLocked(now time.Time) Transition {
 	l.probes = 0
 	l.failingSince = time.Time{}
 	if l.queue.len() > 0 && l.rec == nil {
-		l.rec = newRecovery(now, l.queue.len())
+		l.rec = l.newRecoveryLocked(now)
 	}
 	var tr Transition
 	if state, _ := unpack(l.word.Load()); state != Closed {

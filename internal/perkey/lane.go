@@ -151,6 +151,7 @@ type Lane struct {
 	adv     Advert   // the latest quota advertised; guarded by mu
 	seen    evidence // what the key's answers showed of its quotas; guarded by mu
 	queue   queue
+	joins   joins // requests joining the queue, per second
 	timer   *time.Timer
 	timerAt time.Time
 	rec     *recovery

@@ -15,7 +15,8 @@ type waiter struct {
 	trs   Transitions   // changes made on its behalf, for its request to report
 	// deadline is when its request's context ends; zero for none.
 	deadline time.Time
-	gone     bool // its request stopped waiting, or was let go out of turn; guarded by the queue's owner
+	at       time.Time // when it began to wait, in a lane's queue
+	gone     bool      // its request stopped waiting, or was let go out of turn; guarded by the queue's owner
 }
 
 // grant is what a lane lets a waiter go with.
@@ -71,6 +72,17 @@ func (q *queue) latest() *waiter {
 		q.live--
 	}
 	return best
+}
+
+// oldest returns when the first waiter still waiting began to wait; the
+// zero time if none waits. Called with the owner's mutex held.
+func (q *queue) oldest() time.Time {
+	for _, w := range q.ws {
+		if !w.gone {
+			return w.at
+		}
+	}
+	return time.Time{}
 }
 
 // pop removes and returns the first waiter still waiting, or nil. The

@@ -59,7 +59,11 @@ type recovery struct {
 	done    int       // of those, answered so far
 	cutMark int       // requests let go before the latest cut
 	wasCut  bool      // the rate was cut since the recovery began
-	most    float64   // the rate it never passes: its backlog over recoverySpread
+	most    float64   // the rate it never passes (see backlog)
+	// flow is how many of the backlog it began with came as a steady
+	// flow, at flowRate requests a second (see Lane.newRecoveryLocked).
+	flow, flowRate float64
+	herd           float64 // the rest of that backlog
 	// The time its requests took to be answered: the shortest mean of a
 	// round, and this round's sum and count (of successes).
 	minTook time.Duration
@@ -68,20 +72,19 @@ type recovery struct {
 	// slack: the latest round let go less than half of what its rate
 	// allowed; newcomers come slower than the recovery lets them go.
 	slack bool
-	// The successes of the requests it let go, counted per recoveryStep
-	// (the step at index step, and the one before), so that a cut knows
-	// what the key answered.
-	step    int64
-	ok, was int
+	// oks counts the successes of the requests it let go, per
+	// recoveryStep, so that a cut knows what the key answered.
+	oks stepCount
 	// The releases per recoveryStep over the past recoverySpread, the
 	// step at index sentStep last.
 	sent     [recoverySpread / recoveryStep]int
 	sentStep int64
 }
 
-// newRecovery begins a recovery with backlog requests waiting.
-func newRecovery(now time.Time, backlog int) *recovery {
-	r := &recovery{lim: rate.NewLimiter(recoveryRate, 1), rate: recoveryRate, growth: 2}
+// newRecovery begins a recovery with backlog requests waiting, flow of
+// which came as a steady flow at flowRate a second.
+func newRecovery(now time.Time, backlog int, flow, flowRate float64) *recovery {
+	r := &recovery{lim: rate.NewLimiter(recoveryRate, 1), rate: recoveryRate, growth: 2, flow: flow, flowRate: flowRate, herd: float64(backlog) - flow}
 	r.begin(now)
 	r.backlog(now, backlog)
 	return r
@@ -90,15 +93,25 @@ func newRecovery(now time.Time, backlog int) *recovery {
 // backlog raises the rate the recovery may grow to with the demand on
 // it at now: the n requests that wait, and those it let go over the past
 // recoverySpread (requests that come while it recovers wait too, and they
-// must not be held to the rate of the backlog it began with), all over
-// recoverySpread.
+// must not be held to the rate of the backlog it began with). The herd
+// among them goes over recoverySpread; the flow at twice the rate it came
+// at, so that a service calling the key at a steady rate through an
+// outage sends it at most about three times that rate as it comes back
+// (the waiters, and the flow that goes on beside them), not its whole
+// backlog within half a second.
 func (r *recovery) backlog(now time.Time, n int) {
 	r.spread(now)
 	recent := 0
 	for _, k := range r.sent {
 		recent += k
 	}
-	r.most = max(r.most, float64(n+recent)/recoverySpread.Seconds(), recoveryRate)
+	herd := float64(n+recent) - r.flow
+	if r.flowRate > 0 {
+		// The flow's own newcomers, and its releases, are within the
+		// twice its rate: only the herd it began with goes faster.
+		herd = min(herd, r.herd)
+	}
+	r.most = max(r.most, max(herd, 0)/recoverySpread.Seconds()+2*r.flowRate, recoveryRate)
 }
 
 // spread moves the per-step counts of releases to now's step.
@@ -172,22 +185,29 @@ func (r *recovery) nextIn(now time.Time) time.Duration {
 func (r *recovery) success(now time.Time, took time.Duration) {
 	r.answered()
 	r.tookSum += took
-	r.count(now)
-	r.ok++
+	r.oks.roll(now, recoveryStep)
+	r.oks.n++
 	r.okRound++
 }
 
-// count moves the per-step counts of successes to now's step.
-func (r *recovery) count(now time.Time) {
-	s := now.UnixNano() / int64(recoveryStep)
+// stepCount counts events per step of time: in the current step, and in
+// the one before.
+type stepCount struct {
+	step    int64 // the current step's index, from the Unix epoch
+	n, prev int
+}
+
+// roll moves the counts to now's step, of width w.
+func (c *stepCount) roll(now time.Time, w time.Duration) {
+	s := now.UnixNano() / int64(w)
 	switch {
-	case s == r.step:
-	case s == r.step+1:
-		r.was, r.ok = r.ok, 0
+	case s == c.step:
+	case s == c.step+1:
+		c.prev, c.n = c.n, 0
 	default:
-		r.was, r.ok = 0, 0
+		c.prev, c.n = 0, 0
 	}
-	r.step = s
+	c.step = s
 }
 
 // took returns the rate of successes the key was seen to answer: over the
@@ -196,10 +216,10 @@ func (r *recovery) count(now time.Time) {
 // step's start, and the key answered more of it than it had been sent
 // before).
 func (r *recovery) took(now time.Time) float64 {
-	r.count(now)
-	took := float64(r.was) / recoveryStep.Seconds()
+	r.oks.roll(now, recoveryStep)
+	took := float64(r.oks.prev) / recoveryStep.Seconds()
 	if part := time.Duration(now.UnixNano() % int64(recoveryStep)); part >= recoveryStep/4 {
-		took = max(took, float64(r.ok)/part.Seconds())
+		took = max(took, float64(r.oks.n)/part.Seconds())
 	}
 	return took
 }

@@ -14,7 +14,7 @@ import (
 func TestRecoveryLateAnswersCut(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	r := newRecovery(t0, 10_000)
+	r := newRecovery(t0, 10_000, 0, 0)
 	// round sends n at from, answered took later, and reads the rate at
 	// end.
 	round := func(from, end, n int, took time.Duration) float64 {
@@ -31,11 +31,11 @@ func TestRecoveryLateAnswersCut(t *testing.T) {
 	assert.Equal(t, 400.0, round(50, 100, 10, 20*time.Millisecond), "twice the quickest, not half a step more")
 
 	// A host that is slow from the start is not late.
-	r = newRecovery(t0, 10_000)
+	r = newRecovery(t0, 10_000, 0, 0)
 	assert.Equal(t, 200.0, round(0, 250, 5, 200*time.Millisecond))
 	assert.Equal(t, 400.0, round(250, 500, 10, 200*time.Millisecond))
 
-	r = newRecovery(t0, 10_000)
+	r = newRecovery(t0, 10_000, 0, 0)
 	round(0, 50, 5, 10*time.Millisecond)
 	got := round(50, 150, 20, 40*time.Millisecond)
 	assert.InDelta(t, recoveryBeta*20/0.1, got, 1e-9, "cut to what the host answered, over the round")
@@ -47,7 +47,7 @@ func TestRecoveryLateAnswersCut(t *testing.T) {
 // spread counts as demand, as what waits does.
 func TestRecoveryFollowsDemand(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
-	r := newRecovery(t0, 10)
+	r := newRecovery(t0, 10, 0, 0)
 	assert.Equal(t, float64(recoveryRate), r.most)
 	for i := range 200 {
 		r.released(t0.Add(time.Duration(i) * 2 * time.Millisecond))

@@ -50,6 +50,8 @@ func (l *Lane) await(ctx context.Context, until time.Time, trs *Transitions) (*w
 	now := time.Now()
 	w := l.queue.push()
 	w.deadline, _ = ctx.Deadline()
+	w.at = now
+	l.joins.add(now)
 	if state, _ := unpack(l.word.Load()); state == Closed && l.rec == nil && l.queue.len() == 1 && !l.testing {
 		// The first to wait for a closed key: the first test goes when
 		// an open circuit would let its probe through.
@@ -75,6 +77,36 @@ func (l *Lane) await(ctx context.Context, until time.Time, trs *Transitions) (*w
 		return nil, err
 	}
 	return w, nil
+}
+
+// newRecoveryLocked begins the recovery of the key's waiters, telling
+// the flow apart from the herd: the flow is the requests that came at the
+// rate new waiters joined the queue over the past second (a service's
+// steady calls, which an outage piles up), for as long as the oldest has
+// waited; the herd, the rest (requests that failed together). Called with
+// mu held.
+func (l *Lane) newRecoveryLocked(now time.Time) *recovery {
+	n := l.queue.len()
+	rate := l.joins.rate(now)
+	flow := min(float64(n), rate*now.Sub(l.queue.oldest()).Seconds())
+	return newRecovery(now, n, flow, rate)
+}
+
+// joins counts the requests that join a lane's queue, per second, to
+// tell the rate of a steady flow. Guarded by the lane's mu.
+type joins struct{ c stepCount }
+
+func (j *joins) add(now time.Time) {
+	j.c.roll(now, time.Second)
+	j.c.n++
+}
+
+// rate returns the joins per second over the past second and the part of
+// this one gone by.
+func (j *joins) rate(now time.Time) float64 {
+	j.c.roll(now, time.Second)
+	part := float64(now.UnixNano()%int64(time.Second)) / float64(time.Second)
+	return float64(j.c.prev+j.c.n) / (1 + part)
 }
 
 // handOnLocked passes what a waiter was let go with, as it gave up, to the
@@ -249,7 +281,7 @@ func (l *Lane) doneWaitingLocked(t Ticket, o Kind, now time.Time, trs *Transitio
 	case l.rec != nil && t.has(recovFlag):
 		l.rec.answered() // it told nothing, but it is not in flight any more
 	case l.rec == nil && o == Success && l.queue.len() > 0:
-		l.rec = newRecovery(now, l.queue.len())
+		l.rec = l.newRecoveryLocked(now)
 	case t.has(testFlag) && o == Failure:
 		l.testAt = now.Add(l.backoffLocked(now))
 	case t.has(testFlag):
