@@ -407,6 +407,21 @@ func (r *retrier) facts(v verdict) facts {
 	return f
 }
 
+// keyFailing reports whether the request's key is failing as a whole:
+// its circuit open, or its failure period under way with no success in
+// it (see perkey.Lane.FailingSince).
+func (r *retrier) keyFailing() bool {
+	_, only := r.lane.FailingSince()
+	return only
+}
+
+// mayBeFailing reports whether the request's key may be failing as a
+// whole: it is (see keyFailing), or nothing keeps its record (no
+// breaker), or the request has no lane to ask.
+func (r *retrier) mayBeFailing() bool {
+	return r.t.breaker == nil || r.lane == nil || r.keyFailing()
+}
+
 // rideOutAttempts is how many attempts past WithMaxAttempts a request
 // may make to ride out a young failure of its key: with the default 4,
 // at most 6 in all, the most the usual guidance gives a single call (3 to
@@ -444,7 +459,7 @@ func (r *retrier) rideOut(now, deadline time.Time) (bool, time.Time) {
 	if r.s.maxAttempts <= 1 || r.attempts >= r.s.maxAttempts+rideOutAttempts || r.lane == nil {
 		return false, deadline
 	}
-	if _, only := r.lane.FailingSince(); !only {
+	if !r.keyFailing() {
 		// Nothing shows the key failing as a whole (no breaker keeps its
 		// failures, or other requests to it succeed): the failure may be
 		// this request's own, and waiting would not mend it.
@@ -491,9 +506,12 @@ func (r *retrier) rewind(p step) (next, Reason) {
 	if p.then == retryWhen {
 		return p.then, ReasonNone
 	}
-	if r.lane != nil && r.lane.Waiting() && r.maxWaitLeft() > 0 {
-		// Others already wait for the key to recover: this retry joins
-		// them rather than spend a token on a host that is failing them.
+	if r.lane != nil && r.lane.Waiting() && r.maxWaitLeft() > 0 && r.mayBeFailing() {
+		// Others already wait for the key to recover, and it is failing
+		// as a whole: this retry joins them rather than spend a token on
+		// a host that is failing them. A key that answers others (a
+		// lossy link that resets some connections) is not: the retry
+		// goes as any other, or the queue would hold it for nothing.
 		return queueBehind, ReasonNone
 	}
 	// A throttled retry takes no token while the adaptive rate covers
@@ -503,9 +521,18 @@ func (r *retrier) rewind(p step) (next, Reason) {
 	// limits how much of the traffic bets.
 	if b := r.t.budget; b != nil && !r.fail.throttled && !b.withdraw(r.keyOf()) {
 		r.t.stats.budgetDenied.Add(1)
-		if r.maxWaitLeft() > 0 {
+		if r.maxWaitLeft() > 0 && r.mayBeFailing() {
+			// The key fails as a whole (or nothing is known of it): the
+			// retry waits for it to recover, as a test or a success of
+			// another request will show.
 			return queueBehind, ReasonBudgetExhausted
 		}
+		// The key answers others: its failures are this request's bad
+		// luck (a lossy link), not an outage that a wait would see end.
+		// The budget bounds the retries to its share of the traffic, and
+		// the request comes back at once with its failure: in the queue
+		// it would wait for nothing, and its caller, held there, would
+		// send nothing that earns the budget its deposits.
 		return stop, ReasonBudgetExhausted
 	}
 	if r.lane != nil {

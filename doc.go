@@ -62,9 +62,12 @@
 //     ReasonDeadline).
 //  5. The next attempt's body is made ready (ReasonBodyNotReplayable if
 //     GetBody fails); then the retry budget must hold a token, unless
-//     others already wait for the key, whom the retry joins. Without a
-//     token the retry waits for the key, as WithMaxWait allows, or stops
-//     (ReasonBudgetExhausted).
+//     others already wait for the key while it fails as a whole, whom the
+//     retry joins. Without a token the retry waits for a key that fails as
+//     a whole (its circuit open, or no success since its failures began;
+//     or any key without a breaker), as WithMaxWait allows; otherwise, or
+//     when it may not wait, it stops (ReasonBudgetExhausted): a key that
+//     answers others would let no wait end on anything.
 //  6. The failed response is drained (at most 64 KiB and 100 ms, never
 //     past the deadline) and closed, and the transport sleeps the delay,
 //     waking early if the context ends or the key's circuit opens.

@@ -393,3 +393,58 @@ func TestRecoveryRampsFromTheFlow(t *testing.T) {
 		assert.LessOrEqual(t, most, 4*steady, "attempts in a 100 ms after the return")
 	})
 }
+
+// A key that answers others is not failing as a whole: a retry the
+// budget refuses there comes back at once with its failure, instead of
+// waiting in the key's queue for a recovery that nothing would start (a
+// lossy link that resets some connections held its callers for their
+// whole deadlines). The same refusal while the key fails as a whole
+// waits for it (TestBreakerOffNoWaitForNothing, TestHerdBudgetAndBreaker).
+func TestBudgetRefusalOnALiveKeyComesBackAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int32
+		next := peerRT(func(req *http.Request) (*http.Response, error) {
+			if req.URL.Path == "/flaky" {
+				n.Add(1)
+				return answer503(req)
+			}
+			return newResponse(req, http.StatusOK, newCountingBody("ok")), nil
+		})
+		// One token, spent by the first retry; none refills.
+		// Retries 100 ms apart, so that others answer between attempts.
+		tr := New(next, WithBudget(NewBudget(BudgetConfig{Ratio: -1, MinPerSecond: 1, MaxTokens: 1})),
+			WithPolicy(policyFunc(func(int, time.Duration) time.Duration { return 100 * time.Millisecond })))
+		get := func(path string) *http.Response {
+			req, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://api.example.test"+path, nil)
+			resp, err := tr.RoundTrip(req)
+			require.NoError(t, err)
+			readBody(t, resp)
+			return resp
+		}
+		// Others answered 200 every 20 ms, meanwhile.
+		done := make(chan struct{})
+		stop := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(20 * time.Millisecond):
+					get("/up")
+				}
+			}
+		}()
+		start := time.Now()
+		resp := get("/flaky")
+		resp2 := get("/flaky")
+		close(stop)
+		<-done
+		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+		assert.Equal(t, http.StatusServiceUnavailable, resp2.StatusCode)
+		assert.Less(t, time.Since(start), 2*time.Second, "the refused retry waited")
+		assert.EqualValues(t, 3, n.Load(), "attempts to /flaky: the first request two (its retry took the one token), the second one")
+		assert.Equal(t, uint64(2), tr.Stats().GiveUps[ReasonBudgetExhausted], "both handed back for want of a token")
+		assert.Zero(t, tr.Stats().Waits, "waits for the key")
+	})
+}

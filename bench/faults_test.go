@@ -34,6 +34,7 @@ func TestToxiproxyFaults(t *testing.T) {
 	t.Run("short deadline, slow host", func(t *testing.T) { rows = append(rows, testShortDeadline(t, tp)) })
 	t.Run("body cut mid-read", func(t *testing.T) { rows = append(rows, testCutBody(t, tp)...) })
 	t.Run("upload answered early", func(t *testing.T) { rows = append(rows, testEarlyAnswer(t, tp)...) })
+	t.Run("lossy link", func(t *testing.T) { rows = append(rows, testLossyLink(t, tp)) })
 	figures := faultsMarkdown(rows)
 	if *table && !testing.Verbose() {
 		fmt.Print(figures)
