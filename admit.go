@@ -307,14 +307,16 @@ func (r *retrier) sleep(d time.Duration) error {
 	return err
 }
 
-// sleepThrough waits d before an attempt, ending early only when the
-// context ends; then the request takes the key's lane afresh, as after
-// sleep.
+// sleepThrough waits d before a ride-out attempt, ending early when the
+// context ends, or, with nil, when the key answers another request (it is
+// back: the attempt goes at once); then the request takes the key's lane
+// afresh, as after sleep.
 func (r *retrier) sleepThrough(d time.Duration) error {
-	err := perkey.Sleep(r.req.Context(), d)
-	if r.lane != nil {
-		r.lane = r.t.lanes.Lane(r.keyOf())
+	if r.lane == nil {
+		return perkey.Sleep(r.req.Context(), d)
 	}
+	err := r.lane.SleepOrAnswer(r.req.Context(), d)
+	r.lane = r.t.lanes.Lane(r.keyOf())
 	return err
 }
 

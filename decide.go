@@ -358,13 +358,17 @@ func (r *retrier) delay() time.Duration {
 	return max(r.s.policy.Delay(r.attempts, prev), 0)
 }
 
-// crowdRate is the most requests a second that a crowd told the same
-// instant (a Retry-After, a hold's end) returns at, while its spread is
-// narrower than WithRetryAfterSpread: the spread is the crowd's size over
-// this rate. A lone caller takes a Retry-After as given (1 ms); 100
-// requests spread over 100 ms; 1,000 or more over the whole default 1 s,
-// as every crowd was.
-const crowdRate = 1000
+// crowdFree and crowdRate size the spread above an instant a crowd was
+// told (a Retry-After, a hold's end): a crowd of up to crowdFree takes
+// the instant as given, as many as one busy client sends at once anyway
+// (a front answering a deploy's 503s to a service's 100 workers); past
+// it, the spread is the excess over crowdRate requests a second, up to
+// WithRetryAfterSpread: 1,100 or more over the whole default 1 s, as
+// every crowd was.
+const (
+	crowdFree = 100
+	crowdRate = 1000
+)
 
 // crowdSpread returns the spread above a Retry-After or a hold's end for
 // this request: WithRetryAfterSpread, narrowed in proportion to how many
@@ -383,7 +387,7 @@ func (r *retrier) crowdSpread() time.Duration {
 	if r.lane == nil || s <= 0 {
 		return s
 	}
-	return min(s, time.Duration(r.lane.Crowd()+1)*time.Second/crowdRate)
+	return min(s, time.Duration(max(r.lane.Crowd()+1-crowdFree, 0))*time.Second/crowdRate)
 }
 
 // facts gathers what decide needs to know about the failed latest attempt.
@@ -407,9 +411,10 @@ func (r *retrier) facts(v verdict) facts {
 	return f
 }
 
-// keyFailing reports whether the request's key is failing as a whole:
-// its circuit open, or its failure period under way with no success in
-// it (see perkey.Lane.FailingSince).
+// keyFailing reports whether the request's key is failing as a whole (see
+// perkey.Lane.FailingSince): a host restarting, or down, answers nobody;
+// a lossy link, or a failure of this request's own, leaves others
+// answered.
 func (r *retrier) keyFailing() bool {
 	_, only := r.lane.FailingSince()
 	return only

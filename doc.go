@@ -10,7 +10,7 @@
 //
 // The defaults: full jitter (base 200 ms, cap 30 s), 4 attempts, Retry-After
 // clamped to 30 s and spread over up to 1 s (1 ms per request of the
-// crowd that waits for the key), a retry budget of a tenth of the
+// crowd that waits for the key beyond its first 100), a retry budget of a tenth of the
 // traffic, a circuit per key (scheme://host[:port]), an adaptive send rate
 // for 429, and a wait of up to 30 s for a key to recover where the budget or
 // an open circuit would refuse a request.

@@ -167,9 +167,10 @@ func WithMaxRetryAfter(d time.Duration) RequestOption {
 // Retry-After wait, or a hold's end, so that clients told the same instant
 // do not return at the same instant. The spread follows the crowd: drawn
 // when the server's wait is over, it is 1 ms for each request of the key
-// then sleeping toward it or waiting for it, up to this width, so that a
-// lone caller takes a Retry-After as given while 1,000 or more are spread
-// over all of it. The default is 1 s; 0 means no spread.
+// then sleeping toward it or waiting for it beyond the first 100, up to
+// this width, so that a lone caller, or a service's 100 workers, take a
+// Retry-After as given while 1,100 or more are spread over all of it. The
+// default is 1 s; 0 means no spread.
 func WithRetryAfterSpread(d time.Duration) RequestOption {
 	nonNegative("WithRetryAfterSpread", d)
 	return newRequestOption("WithRetryAfterSpread", func(s *settings) { s.retryAfterSpread = d })

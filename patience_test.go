@@ -225,9 +225,8 @@ func TestBreakerOffNoWaitForNothing(t *testing.T) {
 }
 
 // The spread above a Retry-After follows the crowd: a lone caller takes
-// the server's word (1 ms of spread per request sleeping toward the key),
-// while 1,000 told the same instant are spread over the whole second
-// (TestTransportRetryAfterHerd).
+// the server's word, while 1,000 told the same instant are spread over
+// 900 ms (TestTransportRetryAfterHerd).
 func TestLoneCallerTakesRetryAfterAsGiven(t *testing.T) {
 	for range 20 {
 		synctest.Test(t, func(t *testing.T) {
@@ -247,13 +246,10 @@ func TestLoneCallerTakesRetryAfterAsGiven(t *testing.T) {
 			readBody(t, resp)
 			require.Len(t, at, 2)
 			assert.GreaterOrEqual(t, at[1], time.Second, "the retry came before the server asked")
-			assert.Less(t, at[1], time.Second+crowdSpread1, "the retry of a lone caller, spread as if by a crowd")
+			assert.Equal(t, time.Second, at[1], "the retry of a lone caller, spread as if by a crowd")
 		})
 	}
 }
-
-// crowdSpread1 is the spread a crowd of one calls for.
-const crowdSpread1 = time.Second / crowdRate
 
 // A Retry-After holds the route it answered: /export told to come back in
 // 10 s holds /export, while /healthz on the same host, 100 ms later, is
@@ -446,5 +442,33 @@ func TestBudgetRefusalOnALiveKeyComesBackAtOnce(t *testing.T) {
 		assert.EqualValues(t, 3, n.Load(), "attempts to /flaky: the first request two (its retry took the one token), the second one")
 		assert.Equal(t, uint64(2), tr.Stats().GiveUps[ReasonBudgetExhausted], "both handed back for want of a token")
 		assert.Zero(t, tr.Stats().Waits, "waits for the key")
+	})
+}
+
+// A request riding out its key's failure goes as soon as another request
+// shows the key back, not at its own next instant.
+func TestRideOutWakesOnAnAnswer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		next := &outageNext{end: start.Add(time.Second), fail: answer503}
+		tr := New(next, WithPolicy(immediate{}))
+		done := make(chan time.Duration)
+		go func() {
+			resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+			if assert.NoError(t, err) {
+				assert.Equal(t, http.StatusOK, resp.StatusCode)
+				readBody(t, resp)
+			}
+			done <- time.Since(start)
+		}()
+		// Its 4 attempts fail at once; it sleeps toward its first
+		// ride-out attempt, 2.5 s or more away. Another request, after the
+		// host is back, is answered.
+		time.Sleep(1200 * time.Millisecond)
+		resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+		require.NoError(t, err)
+		readBody(t, resp)
+		took := <-done
+		assert.Equal(t, 1200*time.Millisecond, took, "the ride-out went when another request was answered")
 	})
 }

@@ -521,7 +521,8 @@ func TestTransportRetryAfter(t *testing.T) {
 		})
 		t.Run(c.name+"/spread 500ms", func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				const n = 20
+				// More than crowdFree, so that the crowd is spread.
+				const n = crowdFree + 50
 				now := time.Now()
 				next := &herdNext{t0: now, first: func() *http.Response {
 					return &http.Response{StatusCode: 503, Header: http.Header{"Retry-After": {c.value(now)}}, Body: http.NoBody}

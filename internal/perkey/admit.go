@@ -232,7 +232,7 @@ func (l *Lane) Sleep(ctx context.Context, d time.Duration) error {
 	}
 	opened := l.opened
 	l.mu.Unlock()
-	err := sleep(ctx, d, opened)
+	err := sleep(ctx, d, opened, nil)
 	l.mu.Lock()
 	l.sleepers--
 	l.mu.Unlock()
@@ -241,11 +241,12 @@ func (l *Lane) Sleep(ctx context.Context, d time.Duration) error {
 
 // Sleep waits d, or less if ctx ends first (it returns the context's
 // error). It starts no goroutine.
-func Sleep(ctx context.Context, d time.Duration) error { return sleep(ctx, d, nil) }
+func Sleep(ctx context.Context, d time.Duration) error { return sleep(ctx, d, nil, nil) }
 
 // sleep waits d, or less if ctx ends first (it returns the context's
-// error) or if opened is closed first (it returns ErrOpen).
-func sleep(ctx context.Context, d time.Duration, opened <-chan struct{}) error {
+// error), if opened is closed first (it returns ErrOpen), or if back is
+// (it returns nil).
+func sleep(ctx context.Context, d time.Duration, opened, back <-chan struct{}) error {
 	select {
 	case <-opened:
 		return ErrOpen
@@ -268,5 +269,7 @@ func sleep(ctx context.Context, d time.Duration, opened <-chan struct{}) error {
 		return ctx.Err()
 	case <-opened:
 		return ErrOpen
+	case <-back:
+		return nil
 	}
 }

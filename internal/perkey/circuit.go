@@ -158,6 +158,7 @@ func (l *Lane) failLocked(now time.Time) Transition {
 		tr.Failing = true
 	}
 	l.fails++
+	l.streak.Add(1)
 	total := l.fails + int(l.succ.Load())
 	if now.Sub(l.since) >= c.Span && l.fails >= c.MinFailures &&
 		float64(l.fails) >= c.FailureRatio*float64(total) {
@@ -206,6 +207,7 @@ func (l *Lane) closeLocked(now time.Time) Transition {
 	l.resetPeriodLocked()
 	l.probes = 0
 	l.failingSince = time.Time{}
+	l.wakeBack()
 	if l.queue.len() > 0 && l.rec == nil {
 		l.rec = l.newRecoveryLocked(now)
 	}
@@ -221,6 +223,7 @@ func (l *Lane) closeLocked(now time.Time) Transition {
 func (l *Lane) resetPeriodLocked() {
 	l.failing.Store(false)
 	l.succ.Store(0)
+	l.streak.Store(0)
 	l.fails = 0
 	l.since = time.Time{}
 }

@@ -1,6 +1,7 @@
 package perkey
 
 import (
+	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,7 +106,14 @@ type Lane struct {
 	// successes pay for an atomic add to succ.
 	failing atomic.Bool
 	succ    atomic.Int64 // successes during the failure period
-	prev    atomic.Int64 // previous delay drawn for this key
+	// streak counts the failures since the latest success, while a
+	// failure period is under way (see streakFailing).
+	streak atomic.Int64
+	// back is closed by the next success while a failure period is under
+	// way, or by a close (see SleepOrAnswer); nil until a request sleeps
+	// on it.
+	back atomic.Pointer[chan struct{}]
+	prev atomic.Int64 // previous delay drawn for this key
 	// early counts the key's successes since the lane was made (born),
 	// up to earlyMax, so that a pacer knows all the key's first burst was
 	// admitted (see burstRateLocked); earlyMax when not known.
@@ -305,10 +313,46 @@ func (l *Lane) pacedSuccess(t Ticket) {
 func (l *Lane) recordSuccess() {
 	if l.failing.Load() {
 		l.succ.Add(1)
+		if l.streak.Load() != 0 {
+			l.streak.Store(0)
+		}
+		l.wakeBack()
 	}
 	if l.prev.Load() != 0 {
 		l.prev.Store(0)
 	}
+}
+
+// wakeBack wakes the requests sleeping until the key answers someone.
+func (l *Lane) wakeBack() {
+	if c := l.back.Load(); c != nil && l.back.CompareAndSwap(c, nil) {
+		close(*c)
+	}
+}
+
+// SleepOrAnswer waits d, or less if the key answers one of its attempts
+// meanwhile (or its circuit closes): a request riding out the key's
+// failure goes as soon as another request shows it back. It ends early
+// with ctx's error when ctx ends. It starts no goroutine.
+func (l *Lane) SleepOrAnswer(ctx context.Context, d time.Duration) error {
+	var back chan struct{}
+	for {
+		if c := l.back.Load(); c != nil {
+			back = *c
+			break
+		}
+		c := make(chan struct{})
+		if l.back.CompareAndSwap(nil, &c) {
+			back = c
+			break
+		}
+	}
+	select {
+	case <-back:
+		return nil
+	default:
+	}
+	return sleep(ctx, d, nil, back)
 }
 
 // earlyMax bounds Lane.early and the counts beside it: past it a success

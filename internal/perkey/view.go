@@ -92,15 +92,25 @@ func (l *Lane) Crowd() int {
 
 // FailingSince returns when the key began failing (see View.FailingSince):
 // what a request reads to tell a young failure from a sustained one. only
-// reports that nothing has succeeded since: the circuit is open or
-// half-open, or its failure period has seen no success. A lane without
-// circuits keeps no failure period: the zero time.
+// reports that the key fails as a whole now: its circuit is open or
+// half-open, its failure period has seen no success, or its latest
+// streakFailing outcomes or more were failures. A lane without circuits
+// keeps no failure period: the zero time.
 func (l *Lane) FailingSince() (since time.Time, only bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	since = l.failingSinceLocked()
-	return since, !since.IsZero() && (!l.failingSince.IsZero() || l.succ.Load() == 0)
+	return since, !since.IsZero() && (!l.failingSince.IsZero() || l.succ.Load() == 0 || l.streak.Load() >= streakFailing)
 }
+
+// streakFailing is how many failures in a row, with no success between,
+// show a key failing as a whole, when its failure period has seen
+// successes: a host restarted every second or two answers between its
+// restarts, and a failure period lasts until twice the breaker's span has
+// passed, so its successes alone would hide each restart. Five in a row
+// come by chance one time in 400 from a link that fails 30% of attempts
+// at random, and at once from a host that refuses every connection.
+const streakFailing = 5
 
 // failingSinceLocked: the start of the failures that opened the circuit,
 // while it is open or half-open, or of a failure period under way on a
