@@ -229,6 +229,7 @@ func TestThrottledWithoutRetryAfterBacksOff(t *testing.T) {
 		}
 		for i, s := range sum {
 			mean, jitter := s/trials, bound(i+1, 0, 0)/2
+			t.Logf("retry %d: mean gap %v over %d trials, full jitter's mean %v (%.2fx)", i+1, mean.Round(time.Millisecond), trials, jitter, float64(mean)/float64(jitter))
 			assert.GreaterOrEqual(t, float64(mean), 0.8*float64(jitter), "retry %d: mean gap %v, full jitter's mean %v", i+1, mean, jitter)
 		}
 	})
