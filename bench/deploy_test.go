@@ -102,7 +102,10 @@ func (d *deployServer) start(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	require.NoError(t, err, "binding %s", addr)
-	d.addr = ln.Addr().String()
+	if d.addr == "" {
+		// Set once, before any worker reads it: every restart binds it.
+		d.addr = ln.Addr().String()
+	}
 	srv := &http.Server{Handler: d, ReadHeaderTimeout: 5 * time.Second}
 	if d.mode == deployH2 {
 		srv.Protocols = new(http.Protocols)
@@ -171,9 +174,20 @@ func runDeploy(t *testing.T, mode deployMode, client func(http.RoundTripper) htt
 	if mode == deployH2 {
 		next.Protocols = new(http.Protocols)
 		next.Protocols.SetUnencryptedHTTP2(true)
+		// A connection the restart left dead is found by a ping, as a
+		// careful user's HTTP/2 client finds it; without one a request
+		// sent on it waits for its deadline, whatever the client above.
+		next.HTTP2 = &http.HTTP2Config{SendPingTimeout: 500 * time.Millisecond, PingTimeout: 500 * time.Millisecond}
 	}
 	defer next.CloseIdleConnections()
-	c := &http.Client{Transport: client(next)}
+	rt := client(next)
+	c := &http.Client{Transport: rt}
+	if tr, ok := rt.(*retryhttp.Transport); ok {
+		defer func() {
+			st := tr.Stats()
+			t.Logf("%s: retryhttp stats: attempts %d, waits %d (%v), circuit refusals %d, budget refusals %d, give-ups %v", mode, st.Attempts, st.Waits, st.WaitTime.Round(time.Millisecond), st.CircuitRejected, st.BudgetDenied, st.GiveUps)
+		}()
+	}
 
 	stop := make(chan struct{})
 	restarts := make(chan struct{})

@@ -134,9 +134,9 @@ func testLossyLink(t *testing.T, tp *toxiproxy) faultRow {
 	require.NoError(t, x.tp.call(http.MethodPost, "/proxies/"+x.name+"/toxics", in, nil))
 	lossy, lossyFailed, late, st := run("lossy")
 
-	t.Logf("%d PUTs of %d KiB, %d workers, %v deadlines, %v per write: clean link %v (%d failed); %.0f%% of connections reset %v (%.2fx): %d answered 200, %d handed back failed (%d budget refusals), %d after half their deadline, %d attempts; bodies lost %d, altered %d",
+	t.Logf("%d PUTs of %d KiB, %d workers, %v deadlines, %v per write: clean link %v (%d failed); %.0f%% of connections reset %v (%.2fx): %d answered 200, %d handed back failed (%d budget refusals), %d after half their deadline, %d attempts, %d waits (%v in all); bodies lost %d, altered %d",
 		lossyPuts, lossyBody>>10, lossyWorkers, lossyDeadline, lossyWrite, clean.Round(time.Millisecond), cleanFailed,
-		100*lossyShare, lossy.Round(time.Millisecond), float64(lossy)/float64(clean), lossyPuts-lossyFailed, lossyFailed, st.BudgetDenied, late, st.Attempts, lost.Load(), altered.Load())
+		100*lossyShare, lossy.Round(time.Millisecond), float64(lossy)/float64(clean), lossyPuts-lossyFailed, lossyFailed, st.BudgetDenied, late, st.Attempts, st.Waits, st.WaitTime.Round(time.Millisecond), lost.Load(), altered.Load())
 	assert.Zero(t, cleanFailed, "PUTs failed on the clean link")
 	assert.Zero(t, lost.Load(), "PUTs answered 200 whose body was not stored whole")
 	assert.Zero(t, altered.Load(), "bodies that arrived altered")

@@ -111,6 +111,9 @@ func (l *Lane) record(tk Ticket, o Kind, trs *Transitions) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
+	// Whether the key failed as a whole before this outcome: a success
+	// that ends such a failure starts the waiters' recovery.
+	whole := !l.set.cfg.Circuits || l.failingWholeLocked()
 	if o == Success && !tk.has(probeFlag) {
 		l.recordSuccess()
 	}
@@ -132,7 +135,7 @@ func (l *Lane) record(tk Ticket, o Kind, trs *Transitions) {
 		}
 	}
 	if queued {
-		l.doneWaitingLocked(tk, o, now, trs)
+		l.doneWaitingLocked(tk, o, whole, now, trs)
 		return
 	}
 	// A probe's place is free again, or the circuit changed: the waiters

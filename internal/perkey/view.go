@@ -100,7 +100,13 @@ func (l *Lane) FailingSince() (since time.Time, only bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	since = l.failingSinceLocked()
-	return since, !since.IsZero() && (!l.failingSince.IsZero() || l.succ.Load() == 0 || l.streak.Load() >= streakFailing)
+	return since, l.failingWholeLocked()
+}
+
+// failingWholeLocked reports that the key fails as a whole now (see
+// FailingSince). Called with mu held.
+func (l *Lane) failingWholeLocked() bool {
+	return !l.failingSince.IsZero() || l.failing.Load() && (l.succ.Load() == 0 || l.streak.Load() >= streakFailing)
 }
 
 // streakFailing is how many failures in a row, with no success between,

@@ -266,8 +266,13 @@ func (l *Lane) updateWaitBitLocked() {
 // doneWaitingLocked records what an attempt the queue let go (a turn of
 // the recovery, the test) or one admitted beside waiters says about the
 // key: a success starts the recovery, or feeds its rate; a failure cuts
-// the rate, or spaces the next test out. Called with mu held.
-func (l *Lane) doneWaitingLocked(t Ticket, o Kind, now time.Time, trs *Transitions) {
+// the rate, or spaces the next test out. whole reports that the key
+// failed as a whole before this outcome: a success then ends an outage,
+// and the waiters go at the recovery's rate; otherwise the key was up
+// all along (a lossy link failed some of its requests), and they go at
+// once, for a recovery there would gate every newcomer behind a rate that
+// each random failure cuts. Called with mu held.
+func (l *Lane) doneWaitingLocked(t Ticket, o Kind, whole bool, now time.Time, trs *Transitions) {
 	if t.has(testFlag) {
 		l.testing = false
 	}
@@ -280,8 +285,13 @@ func (l *Lane) doneWaitingLocked(t Ticket, o Kind, now time.Time, trs *Transitio
 		l.rec.cut(now)
 	case l.rec != nil && t.has(recovFlag):
 		l.rec.answered() // it told nothing, but it is not in flight any more
-	case l.rec == nil && o == Success && l.queue.len() > 0:
+	case l.rec == nil && o == Success && l.queue.len() > 0 && whole:
 		l.rec = l.newRecoveryLocked(now)
+	case l.rec == nil && o == Success:
+		for w := l.queue.pop(); w != nil; w = l.queue.pop() {
+			w.grant = grantTurn
+			close(w.ch)
+		}
 	case t.has(testFlag) && o == Failure:
 		l.testAt = now.Add(l.backoffLocked(now))
 	case t.has(testFlag):
