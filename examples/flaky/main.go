@@ -7,11 +7,15 @@
 // client gets, and exits non-zero if that result is not 200:
 //
 //	go run ./examples/flaky
-//	go run ./examples/flaky -failures 4   # more failures than the 4 attempts: gives up
+//	go run ./examples/flaky -failures 10  # more failures than it rides out: gives up
 //
-// Each retry waits what the server asked for (1 s) plus a random spread of
-// up to 200 ms, so that many clients told "1 s" do not all return at the same
-// instant; the default run takes about 2–2.5 s.
+// Each retry waits what the server asked for (1 s); a crowd of clients told
+// "1 s" would be spread over up to 200 ms so as not to return at the same
+// instant, but this lone client has no crowd, and the default run takes
+// about 2 s. With more failures than its 4 attempts, the transport sees a
+// young failure and rides it out with up to 2 more, a quarter to a half of
+// the way into what is left of the client's 30 s timeout, and then gives
+// up with the server's last 503: about 20 s.
 package main
 
 import (
@@ -76,7 +80,7 @@ func run(w io.Writer, failures int) error {
 	t := retryhttp.New(nil,
 		// Honour the server's 1 s, never more than 2 s whatever it says...
 		retryhttp.WithMaxRetryAfter(2*time.Second),
-		// ...plus up to 200 ms, so clients told "1 s" spread out.
+		// ...plus up to 200 ms for a crowd told "1 s", so it spreads out.
 		retryhttp.WithRetryAfterSpread(200*time.Millisecond),
 	)
 	client := &http.Client{Transport: t, Timeout: 30 * time.Second}

@@ -55,11 +55,12 @@ func TestRun(t *testing.T) {
 			assert.Equal(t, i+1, as[i].n, "attempt number")
 			assert.Equal(t, want, as[i].status, "status sent to attempt %d", i+1)
 		}
-		// Each retry waits Retry-After (1 s), never less, plus a spread
-		// below 200 ms; the upper bound leaves 800 ms for a loaded machine.
+		// Each retry waits Retry-After (1 s), never less (a lone client
+		// gets no spread; the times are printed to the millisecond, hence
+		// the 1 ms below); the upper bound leaves 1 s for a loaded machine.
 		for i := 1; i < len(as); i++ {
 			gap := as[i].at - as[i-1].at
-			assert.GreaterOrEqual(t, gap, time.Second, "gap before attempt %d", i+1)
+			assert.GreaterOrEqual(t, gap, time.Second-time.Millisecond, "gap before attempt %d", i+1)
 			assert.Less(t, gap, 2*time.Second, "gap before attempt %d", i+1)
 		}
 		assert.Regexp(t, `(?m)^client: 200 OK after \d+\.\d+s, body "hello after 3 attempts\\n"$`, out.String())
@@ -77,16 +78,17 @@ func TestRun(t *testing.T) {
 
 	t.Run("more_failures_than_attempts", func(t *testing.T) {
 		t.Parallel()
-		// 4 attempts by default, all 503 (fewer if a budget or breaker
-		// stops the retries): the caller gets the last real 503 and run
-		// reports it, so the program exits non-zero.
+		// 4 attempts by default and 2 more to ride a young failure out,
+		// all 503 (fewer if a budget or breaker stops the retries): the
+		// caller gets the last real 503 and run reports it, so the
+		// program exits non-zero.
 		var out bytes.Buffer
 		err := run(&out, 10)
 		t.Logf("output:\n%s", out.String())
 		require.Error(t, err)
 		as := attempts(t, out.String())
 		require.NotEmpty(t, as)
-		require.LessOrEqual(t, len(as), 4, "attempts the server saw")
+		require.LessOrEqual(t, len(as), 4+2, "attempts the server saw")
 		for _, a := range as {
 			assert.Equal(t, 503, a.status, "status sent to attempt %d", a.n)
 		}
