@@ -67,6 +67,10 @@ func (r *retrier) plan(v verdict) step {
 		f.delay = r.delay()
 	}
 	then, why := decide(f)
+	if then == stop && why == ReasonAttemptsUsed && r.attempts > r.s.maxAttempts {
+		// It rode the failure out, in vain.
+		r.lane.RodeOut()
+	}
 	delay := f.delay
 	return step{then: then, why: why, delay: delay, due: f.now.Add(delay)}
 }
@@ -462,6 +466,11 @@ const rideOutEnvelope = 10 * time.Second
 // caller with a 10 s deadline could have waited out.
 func (r *retrier) rideOut(now, deadline time.Time) (bool, time.Time) {
 	if r.s.maxAttempts <= 1 || r.attempts >= r.s.maxAttempts+rideOutAttempts || r.lane == nil {
+		return false, deadline
+	}
+	if r.lane.RiddenOut() {
+		// Another request rode this failure out in vain: it is not
+		// young any more.
 		return false, deadline
 	}
 	if !r.keyFailing() {

@@ -472,3 +472,24 @@ func TestRideOutWakesOnAnAnswer(t *testing.T) {
 		assert.Equal(t, 1200*time.Millisecond, took, "the ride-out went when another request was answered")
 	})
 }
+
+// A ride-out that fails tells the requests after it that the failure is
+// not young any more: the next request to the key, the caller's or an
+// SDK's own retry, makes its 4 attempts and stops, until the key answers.
+func TestRideOutInVainIsEvidence(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var n atomic.Int32
+		next := peerRT(func(req *http.Request) (*http.Response, error) {
+			n.Add(1)
+			return answer503(req)
+		})
+		tr := New(next)
+		for i, want := range []int32{defaultMaxAttempts + rideOutAttempts, defaultMaxAttempts} {
+			n.Store(0)
+			resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+			require.NoError(t, err)
+			readBody(t, resp)
+			assert.Equal(t, want, n.Load(), "attempts of request %d", i+1)
+		}
+	})
+}

@@ -45,6 +45,13 @@ func (w wrapMain) Run() int {
 // fast replaces the default policy (FullJitter 200 ms base, 30 s cap) in
 // rows where the delays do not matter to what is measured, so that the
 // module runs in seconds and the breaker's 2 s span is never reached.
+// rideOut is how many attempts the transport adds to a request whose
+// attempts ran out while its key's failure was young: the first call of a
+// row to a host answering 503 forever rides it out with 2 more; the calls
+// after it (an SDK's own retries among them) do not, as that ride-out
+// failed.
+const rideOut = 2
+
 var fast = retryhttp.WithPolicy(retryhttp.FullJitter{Base: time.Millisecond, Cap: 5 * time.Millisecond})
 
 // row is one scenario: a recipe for both retry layers, the server's script,

@@ -210,6 +210,7 @@ func (l *Lane) closeLocked(now time.Time) Transition {
 	l.resetPeriodLocked()
 	l.probes = 0
 	l.failingSince = time.Time{}
+	l.rodeOut.Store(false)
 	l.wakeBack()
 	if l.queue.len() > 0 && l.rec == nil {
 		l.rec = l.newRecoveryLocked(now)

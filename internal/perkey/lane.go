@@ -113,6 +113,9 @@ type Lane struct {
 	// way, or by a close (see SleepOrAnswer); nil until a request sleeps
 	// on it.
 	back atomic.Pointer[chan struct{}]
+	// rodeOut is set when a request rode the key's failure out in vain,
+	// until the key next answers (see RodeOut).
+	rodeOut atomic.Bool
 	prev atomic.Int64 // previous delay drawn for this key
 	// early counts the key's successes since the lane was made (born),
 	// up to earlyMax, so that a pacer knows all the key's first burst was
@@ -316,12 +319,25 @@ func (l *Lane) recordSuccess() {
 		if l.streak.Load() != 0 {
 			l.streak.Store(0)
 		}
+		if l.rodeOut.Load() {
+			l.rodeOut.Store(false)
+		}
 		l.wakeBack()
 	}
 	if l.prev.Load() != 0 {
 		l.prev.Store(0)
 	}
 }
+
+// RodeOut records that a request rode the key's failure out in vain:
+// its last attempts failed too. Until the key next answers, its failure
+// is not young any more: waiting did not pay, and the requests after
+// (an SDK's own retries, each a request of its own) do not wait again.
+func (l *Lane) RodeOut() { l.rodeOut.Store(true) }
+
+// RiddenOut reports whether a request rode the key's failure out in vain
+// since the key last answered.
+func (l *Lane) RiddenOut() bool { return l.rodeOut.Load() }
 
 // wakeBack wakes the requests sleeping until the key answers someone.
 func (l *Lane) wakeBack() {
