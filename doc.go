@@ -80,7 +80,9 @@
 // left of its deadline (or, without one, of 10 s), the second as far again
 // into what is left then. The key must be failing as a whole: its circuit
 // open, or its failure period under way with no success in it (so a key
-// others find up, or a transport without a breaker, gives no ride-out).
+// others find up, or a transport without a breaker, gives no ride-out),
+// and no request may have ridden it out in vain since the key last
+// answered (then the failure is not young any more).
 // WithMaxAttempts(1) and WithMaxWait(0) turn it off. A sustained failure
 // fails fast: requests its open circuit refuses return at once, and those
 // waiting for it return when it has been failing for that long, not at the
