@@ -67,7 +67,7 @@ func (r *retrier) plan(v verdict) step {
 		f.delay = r.delay()
 	}
 	then, why := decide(f)
-	if then == stop && why == ReasonAttemptsUsed && r.attempts > r.s.maxAttempts {
+	if then == stop && why == ReasonAttemptsUsed && r.attempts > r.s.maxAttempts && r.lane != nil {
 		// It rode the failure out, in vain.
 		r.lane.RodeOut()
 	}

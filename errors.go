@@ -29,7 +29,8 @@ const (
 	// ReasonBodyNotReplayable: the body cannot be sent again (no GetBody,
 	// larger than WithBodyBuffer, or GetBody failed).
 	ReasonBodyNotReplayable
-	// ReasonAttemptsUsed: WithMaxAttempts attempts have been made.
+	// ReasonAttemptsUsed: WithMaxAttempts attempts have been made, and
+	// any that rode out a young failure of the key past them.
 	ReasonAttemptsUsed
 	// ReasonDeadline: the context's deadline leaves no room for the delay.
 	ReasonDeadline

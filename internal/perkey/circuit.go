@@ -61,7 +61,7 @@ func (l *Lane) allow(trs *Transitions, g grant, lim Limits) (Ticket, error) {
 			// The recovery is over: an attempt like any other.
 		case g == grantTest:
 			tk.set(testFlag)
-		case l.rec != nil && lim.Queue:
+		case l.rec != nil && lim.Queue && !l.rec.flowOnly():
 			return Ticket{}, ErrTurn
 		default:
 			// Requests wait for a closed key (their retries found no
@@ -154,8 +154,9 @@ func (l *Lane) failLocked(now time.Time) Transition {
 	var tr Transition
 	if !l.failing.Load() || now.Sub(l.since) > 2*c.Span {
 		// A new failure period: the first failure, or an old period that
-		// never tripped.
+		// never tripped. A ride-out in vain belonged to the one before.
 		l.resetPeriodLocked()
+		l.rodeOut.Store(false)
 		l.since = now
 		l.failing.Store(true)
 		tr.Failing = true
@@ -185,6 +186,9 @@ func (l *Lane) openLocked(now time.Time, d time.Duration) Transition {
 	l.resetPeriodLocked()
 	l.probes = 0
 	l.rec = nil
+	// A test of the closed key is over too: its outcome, if it comes, is
+	// a probe's now, or from an earlier generation.
+	l.testing = false
 	if l.opened != nil && l.opened != closedChan {
 		close(l.opened)
 	}

@@ -339,7 +339,9 @@ func (l *Lane) RodeOut() { l.rodeOut.Store(true) }
 // since the key last answered.
 func (l *Lane) RiddenOut() bool { return l.rodeOut.Load() }
 
-// wakeBack wakes the requests sleeping until the key answers someone.
+// wakeBack wakes the requests sleeping until the key answers someone. A
+// success calls it without mu, the lane's close with it: the swap, not
+// the lock, makes one caller close a channel.
 func (l *Lane) wakeBack() {
 	if c := l.back.Load(); c != nil && l.back.CompareAndSwap(c, nil) {
 		close(*c)
@@ -351,24 +353,22 @@ func (l *Lane) wakeBack() {
 // failure goes as soon as another request shows it back. It ends early
 // with ctx's error when ctx ends. It starts no goroutine.
 func (l *Lane) SleepOrAnswer(ctx context.Context, d time.Duration) error {
-	var back chan struct{}
-	for {
-		if c := l.back.Load(); c != nil {
-			back = *c
-			break
-		}
-		c := make(chan struct{})
-		if l.back.CompareAndSwap(nil, &c) {
-			back = c
-			break
-		}
+	l.mu.Lock()
+	// Counted as Sleep counts its sleepers: the lane must not leave
+	// memory under a request that waits for it to answer.
+	l.sleepers++
+	c := l.back.Load()
+	if c == nil {
+		ch := make(chan struct{})
+		c = &ch
+		l.back.Store(c)
 	}
-	select {
-	case <-back:
-		return nil
-	default:
-	}
-	return sleep(ctx, d, nil, back)
+	l.mu.Unlock()
+	err := sleep(ctx, d, nil, *c)
+	l.mu.Lock()
+	l.sleepers--
+	l.mu.Unlock()
+	return err
 }
 
 // earlyMax bounds Lane.early and the counts beside it: past it a success

@@ -95,10 +95,10 @@ func newRecovery(now time.Time, backlog int, flow, flowRate float64) *recovery {
 // recoverySpread (requests that come while it recovers wait too, and they
 // must not be held to the rate of the backlog it began with). The herd
 // among them goes over recoverySpread; the flow at twice the rate it came
-// at, so that a service calling the key at a steady rate through an
-// outage sends it at most about three times that rate as it comes back
-// (the waiters, and the flow that goes on beside them), not its whole
-// backlog within half a second.
+// at, while its newcomers go beside it (see flowOnly), so that a service
+// calling the key at a steady rate through an outage sends it about three
+// times that rate as it comes back, not its whole backlog within half a
+// second, and the backlog drains in half the time it took to build.
 func (r *recovery) backlog(now time.Time, n int) {
 	r.spread(now)
 	recent := 0
@@ -107,8 +107,8 @@ func (r *recovery) backlog(now time.Time, n int) {
 	}
 	herd := float64(n+recent) - r.flow
 	if r.flowRate > 0 {
-		// The flow's own newcomers, and its releases, are within the
-		// twice its rate: only the herd it began with goes faster.
+		// The flow's releases are within twice its rate: only the herd
+		// it began with goes faster.
 		herd = min(herd, r.herd)
 	}
 	r.most = max(r.most, max(herd, 0)/recoverySpread.Seconds()+2*r.flowRate, recoveryRate)
@@ -153,6 +153,11 @@ func (r *recovery) rateAt(now time.Time) float64 {
 	}
 	return min(r.rate, r.most)
 }
+
+// flowOnly reports a recovery whose backlog came as a steady flow alone:
+// newcomers then go beside the waiters instead of queueing behind them,
+// where they would wait as long as the backlog takes to drain.
+func (r *recovery) flowOnly() bool { return r.flowRate > 0 && r.herd <= 0 }
 
 // released counts a request let go at now.
 func (r *recovery) released(now time.Time) {
