@@ -78,11 +78,13 @@
 // attempts are used while its key's failure is young rides it out: up to
 // two more attempts, the first a quarter to a half of the way into what is
 // left of its deadline (or, without one, of 10 s), the second as far again
-// into what is left then. The key must be failing as a whole: its circuit
-// open, or its failure period under way with no success in it (so a key
-// others find up, or a transport without a breaker, gives no ride-out),
-// and no request may have ridden it out in vain since the key last
-// answered (then the failure is not young any more).
+// into what is left then, and never earlier than a Retry-After asks; it
+// goes at once when another request of the key is answered. The key must
+// be failing as a whole: its circuit open, its failure period under way
+// with no success in it, or its latest 5 outcomes or more failures (so a
+// key others find up, or a transport without a breaker, gives no
+// ride-out); and no request may have ridden it out in vain since the key
+// last answered (then the failure is not young any more).
 // WithMaxAttempts(1) and WithMaxWait(0) turn it off. A sustained failure
 // fails fast: requests its open circuit refuses return at once, and those
 // waiting for it return when it has been failing for that long, not at the
