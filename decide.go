@@ -332,27 +332,20 @@ func hasCTL(s string) bool {
 }
 
 // delay returns the wait before the next attempt: the server's, spread,
-// when it asked (with a lane, the spread is drawn when that wait is over:
-// see retrier.wait); otherwise the policy's draw. A Policy must not return a
+// when it asked (its spread is drawn when that wait is over: see
+// retrier.wait); otherwise the policy's draw. A Policy must not return a
 // negative delay; one that does waits nothing, rather than a negative time
 // in Stats.
 func (r *retrier) delay() time.Duration {
-	wait := r.fail.wait
-	if r.fail.throttled && wait.OK {
-		// The hold the Retry-After put on the key spaces its retries
-		// out, and the send rate, just cut, paces them after it; a
-		// spread on top would only idle. Without a Retry-After the
-		// policy's delay is drawn as for any failure: the send rate
-		// adds to it and never replaces it, or a lone caller, whose
-		// rate the pacer has yet to learn, would retry at once.
-		return wait.Duration
-	}
-	if wait.OK && r.lane == nil {
-		return wait.WithSpread(r.s.retryAfterSpread)
-	}
-	if wait.OK {
-		// Spread when the wait is over, by the crowd then (see
-		// retrier.wait).
+	if wait := r.fail.wait; wait.OK {
+		// The server's wait; its spread is drawn when it is over, by the
+		// crowd then (see retrier.wait). A throttled key gets none: the
+		// hold the Retry-After put on it spaces its retries out, and the
+		// send rate, just cut, paces them after it. Without a
+		// Retry-After the policy's delay is drawn as for any failure:
+		// the send rate adds to it and never replaces it, or a lone
+		// caller, whose rate the pacer has yet to learn, would retry at
+		// once.
 		return wait.Duration
 	}
 	var prev time.Duration // a policy that uses it always has a lane: see RoundTrip
@@ -479,11 +472,11 @@ func (r *retrier) rideOut(now, deadline time.Time) (bool, time.Time) {
 		// this request's own, and waiting would not mend it.
 		return false, deadline
 	}
-	end := now.Add(min(r.maxWaitLeft(), rideOutEnvelope))
+	envelope := rideOutEnvelope
 	if !deadline.IsZero() {
-		end = now.Add(min(r.maxWaitLeft(), deadline.Sub(now)))
+		envelope = deadline.Sub(now)
 	}
-	return true, end
+	return true, now.Add(min(r.maxWaitLeft(), envelope))
 }
 
 // rideOutDelay draws the delay before a ride-out attempt: a quarter to a

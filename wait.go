@@ -190,7 +190,7 @@ func (r *retrier) wait(p step, resp *http.Response) (*http.Response, error) {
 			sleep = r.sleepThrough
 		}
 		err := sleep(time.Until(p.due))
-		if err == nil && p.then == retryAfter && r.fail.wait.OK && !r.fail.throttled && r.lane != nil {
+		if err == nil && p.then == retryAfter && r.fail.wait.OK && !r.fail.throttled {
 			_, err = r.spreadCrowd(r.s.retryAfterSpread)
 		}
 		if err != nil && !(err == ErrCircuitOpen && r.maxWaitLeft() > 0) {

@@ -154,9 +154,8 @@ func (l *Lane) failLocked(now time.Time) Transition {
 	var tr Transition
 	if !l.failing.Load() || now.Sub(l.since) > 2*c.Span {
 		// A new failure period: the first failure, or an old period that
-		// never tripped. A ride-out in vain belonged to the one before.
+		// never tripped.
 		l.resetPeriodLocked()
-		l.rodeOut.Store(false)
 		l.since = now
 		l.failing.Store(true)
 		tr.Failing = true

@@ -333,7 +333,15 @@ func (l *Lane) recordSuccess() {
 // its last attempts failed too. Until the key next answers, its failure
 // is not young any more: waiting did not pay, and the requests after
 // (an SDK's own retries, each a request of its own) do not wait again.
-func (l *Lane) RodeOut() { l.rodeOut.Store(true) }
+// It is recorded only while the key still fails as a whole: a ride-out
+// that stopped because others are answered again says nothing.
+func (l *Lane) RodeOut() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.failingWholeLocked() {
+		l.rodeOut.Store(true)
+	}
+}
 
 // RiddenOut reports whether a request rode the key's failure out in vain
 // since the key last answered.
