@@ -150,7 +150,7 @@ func (r *retrier) learn(v *verdict, resp *http.Response) {
 		r.applyQuota(resp)
 	}
 	if v.success() {
-		r.record(*v)
+		r.record(*v, 0)
 		return
 	}
 	r.fail = r.recordFailure(*v, resp)
@@ -169,10 +169,10 @@ type failure struct {
 // through the ticket that admitted the attempt: for an outcome that is not
 // a retryable response, all there is to tell (recordFailure tells the
 // rest).
-func (r *retrier) record(v verdict) {
+func (r *retrier) record(v verdict, f perkey.Facts) {
 	if r.adm.ok {
 		r.adm.ok = false
-		r.report(r.lane.Done(r.adm.ticket, perkey.Outcome{Kind: v.host}))
+		r.report(r.lane.Done(r.adm.ticket, perkey.Outcome{Kind: v.host, Facts: f}))
 	}
 }
 
@@ -183,7 +183,11 @@ func (r *retrier) record(v verdict) {
 // outcome: its circuit, its hold and its send rate (see perkey.Outcome).
 func (r *retrier) recordFailure(v verdict, resp *http.Response) failure {
 	if !v.retry || resp == nil {
-		r.record(v)
+		var f perkey.Facts
+		if v.reach == notReached {
+			f = perkey.Unreached
+		}
+		r.record(v, f)
 		return failure{}
 	}
 	w := header.RetryAfter(resp.Header, time.Now(), r.s.maxRetryAfter)

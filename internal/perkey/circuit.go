@@ -99,7 +99,7 @@ func (l *Lane) refusedLocked(g grant, err error) error {
 // record tells the circuit the outcome of an attempt admitted with tk,
 // and the key's waiters what it says; changes are added to trs. A
 // throttle tells the circuit nothing, as None does.
-func (l *Lane) record(tk Ticket, o Kind, trs *Transitions) {
+func (l *Lane) record(tk Ticket, o Kind, unreached bool, trs *Transitions) {
 	queued := tk.has(recovFlag | testFlag | watchFlag)
 	if o == Success && !tk.has(probeFlag) && !queued {
 		l.recordSuccess()
@@ -135,7 +135,7 @@ func (l *Lane) record(tk Ticket, o Kind, trs *Transitions) {
 		}
 	}
 	if queued {
-		l.doneWaitingLocked(tk, o, whole, now, trs)
+		l.doneWaitingLocked(tk, o, whole, unreached, now, trs)
 		return
 	}
 	// A probe's place is free again, or the circuit changed: the waiters

@@ -231,6 +231,11 @@ const (
 	Throttles  Facts = 1 << iota // the status is one of the adaptive rate's
 	TooMany                      // the status is 429
 	RetryAfter                   // a usable Retry-After asked for Outcome.Wait
+	// Unreached: the attempt never reached the host (its dial failed, or
+	// an HTTP/2 server never processed it). The circuit counts it, since
+	// a host nobody reaches is down; a recovery under way does not cut its
+	// rate for it, since it says nothing of how much the host can take.
+	Unreached
 )
 
 // Done records the outcome of the attempt that t admitted, frees the probe
@@ -292,7 +297,7 @@ func (l *Lane) doneSlow(t Ticket, o Outcome, counted bool) Transitions {
 		// host that serves every request it admits.
 		kind = None
 	}
-	l.record(t, kind, &trs)
+	l.record(t, kind, o.Facts&Unreached != 0, &trs)
 	if o.cuts() {
 		l.throttle(time.Now(), t.paceGen())
 	}

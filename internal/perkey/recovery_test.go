@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"golang.org/x/time/rate"
 )
 
@@ -76,4 +77,24 @@ func TestSetRateLateTimer(t *testing.T) {
 	}
 	assert.Equal(t, 15, n, "3,000/s over 5 ms")
 	assert.Equal(t, time.Duration(0), nextToken(lim, late.Add(time.Second/3000)))
+}
+
+// A rate cut low grows back at the pace of time while the key answers,
+// not of its own releases: at 1/s a round lasts a second, and growing a
+// tenth a round would take 11 s to reach 100/s again.
+func TestRecoveryRegrowsWithTime(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	r := newRecovery(t0, 10_000, 0, 0)
+	r.rate, r.growth, r.wasCut = 1, recoveryGrowth, true
+	now := t0
+	for r.rateAt(now) < recoveryRate {
+		// The lane's way: one release per token, answered at once.
+		r.released(now)
+		r.success(now.Add(time.Millisecond), time.Millisecond)
+		now = now.Add(time.Duration(float64(time.Second) / r.rateAt(now)))
+		require.Less(t, now.Sub(t0), time.Minute, "the rate never grew back")
+	}
+	// About 3.2 s: doubling in the rounds of a second or so, then a tenth
+	// every recoveryStep (6.7 times a second).
+	assert.Less(t, now.Sub(t0), 4*time.Second, "back at the starting rate")
 }

@@ -266,13 +266,16 @@ func (l *Lane) updateWaitBitLocked() {
 // doneWaitingLocked records what an attempt the queue let go (a turn of
 // the recovery, the test) or one admitted beside waiters says about the
 // key: a success starts the recovery, or feeds its rate; a failure cuts
-// the rate, or spaces the next test out. whole reports that the key
+// the rate, unless it never reached the host (unreached: a host that is
+// not there tells nothing of how much it can take; its circuit counts the
+// failure, and opens again if the key fails as a whole), or spaces the
+// next test out. whole reports that the key
 // failed as a whole before this outcome: a success then ends an outage,
 // and the waiters go at the recovery's rate; otherwise the key was up
 // all along (a lossy link failed some of its requests), and they go at
 // once, for a recovery there would gate every newcomer behind a rate that
 // each random failure cuts. Called with mu held.
-func (l *Lane) doneWaitingLocked(t Ticket, o Kind, whole bool, now time.Time, trs *Transitions) {
+func (l *Lane) doneWaitingLocked(t Ticket, o Kind, whole, unreached bool, now time.Time, trs *Transitions) {
 	if t.has(testFlag) {
 		l.testing = false
 	}
@@ -281,7 +284,7 @@ func (l *Lane) doneWaitingLocked(t Ticket, o Kind, whole bool, now time.Time, tr
 	case state != Closed:
 	case l.rec != nil && t.has(recovFlag) && o == Success:
 		l.rec.success(now, now.Sub(time.Unix(0, t.at)))
-	case l.rec != nil && t.has(recovFlag) && o == Failure:
+	case l.rec != nil && t.has(recovFlag) && o == Failure && !unreached:
 		l.rec.cut(now)
 	case l.rec != nil && t.has(recovFlag):
 		l.rec.answered() // it told nothing, but it is not in flight any more

@@ -223,3 +223,41 @@ func TestWaitEnds(t *testing.T) {
 		l.mu.Unlock()
 	})
 }
+
+// A request the recovery let go that never reached the host (its dial was
+// refused: the host went away again) does not cut the recovery's rate,
+// which is about how much the host can take; the circuit counts it. A
+// failure from the host does cut it.
+func TestWaitUnreachedDoesNotCut(t *testing.T) {
+	drain := func(five Outcome) time.Duration {
+		var took time.Duration
+		synctest.Test(t, func(t *testing.T) {
+			l := NewSet(exact()).Lane(Key{Host: "k"})
+			start := time.Now()
+			trip(t, l)
+			const n = 1000
+			got := waitAll(t, l, n, start.Add(time.Hour))
+			a := <-got
+			l.Done(a.tk, Outcome{Kind: Success}) // the probe: the key is back
+			back := time.Now()
+			for i := range n - 1 {
+				a := <-got
+				require.NoError(t, a.err)
+				o := Outcome{Kind: Success}
+				if i >= 20 && i < 25 {
+					o = five
+				}
+				l.Done(a.tk, o)
+			}
+			require.Equal(t, Closed, l.View(time.Now()).State)
+			took = time.Since(back)
+		})
+		return took
+	}
+	none := drain(Outcome{Kind: Success})
+	unreached := drain(Outcome{Kind: Failure, Facts: Unreached})
+	failed := drain(Outcome{Kind: Failure})
+	t.Logf("1,000 waiters go in %v; with 5 unreached failures, %v; with 5 of the host's, %v", none, unreached, failed)
+	assert.LessOrEqual(t, unreached, none+recoveryStep, "unreached failures: as with none")
+	assert.Greater(t, failed, 2*none, "a failure from the host cuts the rate")
+}
