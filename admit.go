@@ -143,26 +143,6 @@ func (r *retrier) refused(err error) error {
 	return err
 }
 
-// report passes the changes a call to the key's lane made to the hooks,
-// to BreakerConfig.OnStateChange and to a fleet, after the lane's lock has
-// been released. Most calls make none.
-func (r *retrier) report(trs perkey.Transitions) {
-	if trs.Any() {
-		r.reportAll(trs)
-	}
-}
-
-func (r *retrier) reportAll(trs perkey.Transitions) {
-	for _, tr := range trs.List() {
-		if tr.Circuit() && r.hooks.any() {
-			fire(r.hooks, (*Hooks).circuitChange, CircuitChangeInfo{Key: r.keyOf().String(), From: State(tr.From), To: State(tr.To), Until: tr.Until})
-		}
-		if r.t.breaker != nil {
-			r.t.breaker.notify(r.lane, tr, true)
-		}
-	}
-}
-
 // LocalHeader marks a response made by this transport rather than by the
 // server: its value says why ("circuit-open", or "held" for a hold).
 const LocalHeader = "X-Retryhttp-Local"

@@ -325,6 +325,26 @@ func (b *Breaker) Reset(key string) {
 	b.changed(l, l.Reset(time.Now()), false)
 }
 
+// report passes the changes a call to the key's lane made to the hooks,
+// to BreakerConfig.OnStateChange and to a fleet, after the lane's lock has
+// been released. Most calls make none.
+func (r *retrier) report(trs perkey.Transitions) {
+	if trs.Any() {
+		r.reportAll(trs)
+	}
+}
+
+func (r *retrier) reportAll(trs perkey.Transitions) {
+	for _, tr := range trs.List() {
+		if tr.Circuit() && r.hooks.any() {
+			fire(r.hooks, (*Hooks).circuitChange, CircuitChangeInfo{Key: r.keyOf().String(), From: State(tr.From), To: State(tr.To), Until: tr.Until})
+		}
+		if r.t.breaker != nil {
+			r.t.breaker.notify(r.lane, tr, true)
+		}
+	}
+}
+
 // changed reports the changes a call to the lane made (see notify).
 func (b *Breaker) changed(l *perkey.Lane, trs perkey.Transitions, local bool) {
 	for _, tr := range trs.List() {

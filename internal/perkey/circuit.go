@@ -2,6 +2,89 @@ package perkey
 
 import "time"
 
+// State is the state of a key's circuit, or its hold.
+type State uint8
+
+// The states, in the order of the root package's State values.
+const (
+	Closed   State = iota // requests pass; failures are counted
+	Open                  // requests are refused without touching the network
+	HalfOpen              // a few probes pass; the rest are refused
+	Held                  // the server asked for no requests until an instant
+)
+
+// Transition is a change of state, returned so that it is reported after
+// the lane's lock is released. From == To means no change, unless Failing
+// or Extended says what else happened.
+type Transition struct {
+	From, To State
+	// Until is when a hold or an open circuit ends, for a change to Held
+	// or Open; the zero time for an isolation, which has no end.
+	Until time.Time
+	// Failing: a failure period began (or the circuit opened on one); a
+	// fleet is told, nobody else.
+	Failing bool
+	// Extended: another process's open extended this open circuit's time.
+	Extended bool
+}
+
+// Changed reports whether the transition is a change of state.
+func (t Transition) Changed() bool { return t.From != t.To }
+
+// Circuit reports whether the transition is a change of the circuit's
+// state: not a hold beginning or ending, beside the circuit.
+func (t Transition) Circuit() bool { return t.Changed() && t.From != Held && t.To != Held }
+
+// Transitions is the changes one call made: at most three (a hold the
+// response asks for, then a hold ending as the circuit half-opens; a hold
+// and an isolation ending together). The
+// zero value is none, which is what the success path returns: changes are
+// rare, so they are kept out of line, and a call that made none returns
+// one nil pointer.
+type Transitions struct{ c *changes }
+
+type changes struct {
+	n    int
+	list [3]Transition
+}
+
+// Any reports whether the call made a change, or began a failure period.
+func (ts Transitions) Any() bool { return ts.c != nil }
+
+// List returns the changes in the order they were made.
+func (ts Transitions) List() []Transition {
+	if ts.c == nil {
+		return nil
+	}
+	return ts.c.list[:ts.c.n]
+}
+
+// add appends t if it says anything.
+func (ts *Transitions) add(t Transition) {
+	if !t.Changed() && !t.Failing && !t.Extended {
+		return
+	}
+	if ts.c == nil {
+		ts.c = new(changes)
+	}
+	ts.c.list[ts.c.n] = t
+	ts.c.n++
+}
+
+// merge appends the changes of o.
+func (ts *Transitions) merge(o Transitions) {
+	for _, t := range o.List() {
+		ts.add(t)
+	}
+}
+
+// one returns t alone as Transitions.
+func one(t Transition) Transitions {
+	var ts Transitions
+	ts.add(t)
+	return ts
+}
+
 // allow admits an attempt as the circuit, the hold and the key's waiters
 // see it: refused with ErrOpen (or ErrIsolated) while the circuit is open
 // or its probes are taken, with a *HeldError while the key is held, and,
@@ -197,6 +280,39 @@ func (l *Lane) openLocked(now time.Time, d time.Duration) Transition {
 	l.updateWaitBitLocked()
 	l.scheduleLocked(now)
 	return tr
+}
+
+// halfOpenLocked moves an open circuit whose open time is over to
+// half-open. Called with mu held.
+func (l *Lane) halfOpenLocked(now time.Time) Transition {
+	tr := l.setLocked(HalfOpen, now)
+	l.opened = nil
+	l.probes = 0
+	return tr
+}
+
+// backoffLocked draws how long an open circuit stays open, and how long a
+// closed key whose requests wait goes between tests: OpenFor at first,
+// growing to a 32nd of how long the key has been failing, at most
+// MaxOpenFor; plus a random part of up to OpenJitter, grown in proportion,
+// so that circuits tripped together (a fleet of clients, or many hosts
+// behind one failed load balancer) do not half-open together. Called with
+// mu held.
+func (l *Lane) backoffLocked(now time.Time) time.Duration {
+	c := &l.set.cfg
+	base := c.OpenFor
+	since := l.failingSince
+	if since.IsZero() && l.failing.Load() {
+		since = l.since
+	}
+	if c.MaxOpenFor > c.OpenFor && !since.IsZero() {
+		base = min(max(base, now.Sub(since)/openGrowth), c.MaxOpenFor)
+	}
+	jitter := c.OpenJitter
+	if jitter > 0 && c.OpenFor > 0 && base > c.OpenFor {
+		jitter = time.Duration(float64(jitter) * float64(base) / float64(c.OpenFor))
+	}
+	return base + Uniform(0, jitter)
 }
 
 // closeLocked closes the circuit. It is the one rule for every close,

@@ -17,7 +17,8 @@ package perkey
 // bounded table and how entries leave it), lane.go (the lane, its fast
 // path and what an outcome tells it), admit.go (what an attempt waits for
 // before it goes, in order: each mechanism's own check stays in its file),
-// circuit.go (trip, open, half-open and the one close rule), throttle.go
+// circuit.go (the states and the changes a call reports; trip, open, how
+// long it stays open, half-open and the one close rule), throttle.go
 // (how a server's answers throttle its key: the quota it advertises, and
 // when a response holds the key or cuts its send rate), hold.go (the
 // hold), pace.go (the adaptive send rate), slots.go (the concurrency
@@ -25,5 +26,5 @@ package perkey
 // (requests that wait for a key to recover, and their release),
 // recovery.go (the rate of that release), bucket.go (the token bucket both
 // timed releases share), calendar.go (RetryAt's spread), slowcall.go (the
-// slow-call rule and the key's answer time), view.go (one locked read of a
-// lane) and transition.go.
+// slow-call rule and the key's answer time) and view.go (one locked read
+// of a lane).

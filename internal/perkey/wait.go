@@ -192,15 +192,6 @@ func (l *Lane) releaseLocked(now time.Time, trs *Transitions, carry bool) bool {
 	return released
 }
 
-// halfOpenLocked moves an open circuit whose open time is over to
-// half-open. Called with mu held.
-func (l *Lane) halfOpenLocked(now time.Time) Transition {
-	tr := l.setLocked(HalfOpen, now)
-	l.opened = nil
-	l.probes = 0
-	return tr
-}
-
 // scheduleLocked sets the lane's timer for when the next waiter may go,
 // or stops it when nobody waits. Called with mu held.
 func (l *Lane) scheduleLocked(now time.Time) {
@@ -302,30 +293,6 @@ func (l *Lane) doneWaitingLocked(t Ticket, o Kind, whole, unreached bool, now ti
 	}
 	l.releaseLocked(now, trs, false)
 	l.scheduleLocked(now)
-}
-
-// backoffLocked draws how long an open circuit stays open, and how long a
-// closed key whose requests wait goes between tests: OpenFor at first,
-// growing to a 32nd of how long the key has been failing, at most
-// MaxOpenFor; plus a random part of up to OpenJitter, grown in proportion,
-// so that circuits tripped together (a fleet of clients, or many hosts
-// behind one failed load balancer) do not half-open together. Called with
-// mu held.
-func (l *Lane) backoffLocked(now time.Time) time.Duration {
-	c := &l.set.cfg
-	base := c.OpenFor
-	since := l.failingSince
-	if since.IsZero() && l.failing.Load() {
-		since = l.since
-	}
-	if c.MaxOpenFor > c.OpenFor && !since.IsZero() {
-		base = min(max(base, now.Sub(since)/openGrowth), c.MaxOpenFor)
-	}
-	jitter := c.OpenJitter
-	if jitter > 0 && c.OpenFor > 0 && base > c.OpenFor {
-		jitter = time.Duration(float64(jitter) * float64(base) / float64(c.OpenFor))
-	}
-	return base + Uniform(0, jitter)
 }
 
 // later returns the later of a and b.
