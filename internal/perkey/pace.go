@@ -289,6 +289,21 @@ func (c *tally) rate(now time.Time, d time.Duration) float64 {
 	return float64(total) / span.Seconds()
 }
 
+// lastStep returns the events per second over the latest slot gone by
+// and the part of the current one: the rate of the past 100 to 200 ms.
+func (c *tally) lastStep(now time.Time) float64 {
+	if c.from.IsZero() {
+		return 0
+	}
+	c.move(now)
+	per := admittedSpan / time.Duration(len(c.n))
+	l := int64(len(c.n))
+	total := c.n[c.at%l] + c.n[(c.at-1+l)%l]
+	span := per + time.Duration(now.UnixNano()%int64(per))
+	span = min(span, max(now.Sub(c.from), per))
+	return float64(total) / span.Seconds()
+}
+
 // rateBeside is rate over the past d, leaving out of the span the time
 // from held to until, when nothing could be admitted.
 func (c *tally) rateBeside(now time.Time, d time.Duration, held, until time.Time) float64 {
@@ -347,6 +362,7 @@ func (p *pacer) throttle(now, from time.Time, gen uint64) {
 		// advertised quota has its rate already: the first throttle
 		// without a Retry-After cuts it (one with a Retry-After was left
 		// to its hold, above).
+		slow := p.wmax == 0 && !p.flat
 		p.wmax, p.refused = was, was
 		if p.flat = from.After(now); p.flat {
 			// A pacer younger than the second has in its tally only the
@@ -356,6 +372,14 @@ func (p *pacer) throttle(now, from time.Time, gen uint64) {
 			ok := p.admitted.rateBeside(now, time.Second, p.sawFrom, p.sawTo)
 			if a, known := p.burstRateLocked(now, from); known {
 				ok = max(ok, a)
+			}
+			if slow && p.throttles > 1 {
+				// In slow start the key's own rate limited what it sent
+				// over most of the second, and what the server admitted
+				// then reads that ramp, not the server's limit: the
+				// latest step, sent at over half the rate refused, reads
+				// it.
+				ok = max(ok, p.admitted.lastStep(now))
 			}
 			if ok > 0 {
 				p.wmax = min(p.wmax, ok)

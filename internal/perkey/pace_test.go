@@ -355,10 +355,7 @@ func TestPaceCountsBesideAnIgnoredThrottlesHold(t *testing.T) {
 		p.throttle(time.Now(), time.Now().Add(time.Second), 0)
 		require.Equal(t, uint64(1), p.throttles, "generation 0's throttle cuts nothing")
 		time.Sleep(time.Second)
-		for range 50 {
-			p.success(time.Now(), 1, true)
-			time.Sleep(2 * time.Millisecond)
-		}
+		admitEvery(p, 50, 2*time.Millisecond)
 		p.throttle(time.Now(), time.Now().Add(time.Second), 1)
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -385,4 +382,32 @@ func TestPaceRefusesAtTheRateRefused(t *testing.T) {
 		require.True(t, known)
 		assert.Less(t, d, 5*time.Second, "divided by the rate refused, not the curve's 5 a second")
 	})
+}
+
+// A throttle with a Retry-After that ends slow start reads the server's
+// rate from the latest step, not from the second behind it: over most of
+// that second the key's own rate limited what it sent. Here the key was
+// admitted 20 a second for 800 ms, then 100 a second for 200 ms: its flat
+// curve starts near flatShare of 100, not of the 36 the second averages.
+func TestPaceSlowStartReadsItsLatestStep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := newPacer(time.Now())
+		p.throttles, p.gen = 1, 1 // in slow start, at generation 1
+		admitEvery(p, 16, 50*time.Millisecond)
+		admitEvery(p, 20, 10*time.Millisecond)
+		p.throttle(time.Now(), time.Now().Add(time.Second), 1)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		require.True(t, p.flat)
+		assert.InDelta(t, flatShare*100, p.wmax, flatShare*15, "the latest step's rate")
+	})
+}
+
+// admitEvery records n successes of paced attempts of generation 1, gap
+// apart.
+func admitEvery(p *pacer, n int, gap time.Duration) {
+	for range n {
+		p.success(time.Now(), 1, true)
+		time.Sleep(gap)
+	}
 }
