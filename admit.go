@@ -277,7 +277,7 @@ func (r *retrier) sleep(d time.Duration) error {
 	if r.lane == nil {
 		return perkey.Sleep(ctx, d)
 	}
-	err := r.lane.Sleep(ctx, d)
+	err := r.lane.Sleep(ctx, d, false)
 	r.lane = r.t.lanes.Lane(r.keyOf())
 	if err == perkey.ErrOpen {
 		// Counted as a refusal: the circuit ended the wait.
@@ -295,7 +295,7 @@ func (r *retrier) sleepThrough(d time.Duration) error {
 	if r.lane == nil {
 		return perkey.Sleep(r.req.Context(), d)
 	}
-	err := r.lane.SleepOrAnswer(r.req.Context(), d)
+	err := r.lane.Sleep(r.req.Context(), d, true)
 	r.lane = r.t.lanes.Lane(r.keyOf())
 	return err
 }

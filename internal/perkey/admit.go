@@ -221,18 +221,32 @@ var closedChan = func() chan struct{} {
 
 // Sleep waits d before an attempt to the key, ending early with ctx's
 // error when ctx ends, or with ErrOpen when the circuit opens (at once if
-// it is open now). It counts the sleeper, so that the lane does not leave
-// memory under it: a dropped lane would neither wake the sleeper nor
-// refuse its next attempt. It starts no goroutine.
-func (l *Lane) Sleep(ctx context.Context, d time.Duration) error {
+// it is open now); with onAnswer, instead of the open, with nil when the
+// key answers another request (or its circuit closes): a request riding
+// out the key's failure goes as soon as another shows the key back. It
+// counts the sleeper, so that the lane does not leave memory under it: a
+// dropped lane would neither wake the sleeper nor refuse its next attempt.
+// It starts no goroutine.
+func (l *Lane) Sleep(ctx context.Context, d time.Duration, onAnswer bool) error {
+	var opened, back chan struct{}
 	l.mu.Lock()
 	l.sleepers++
-	if l.opened == nil {
-		l.opened = make(chan struct{})
+	if onAnswer {
+		c := l.back.Load()
+		if c == nil {
+			ch := make(chan struct{})
+			c = &ch
+			l.back.Store(c)
+		}
+		back = *c
+	} else {
+		if l.opened == nil {
+			l.opened = make(chan struct{})
+		}
+		opened = l.opened
 	}
-	opened := l.opened
 	l.mu.Unlock()
-	err := sleep(ctx, d, opened, nil)
+	err := sleep(ctx, d, opened, back)
 	l.mu.Lock()
 	l.sleepers--
 	l.mu.Unlock()

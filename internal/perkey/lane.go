@@ -1,7 +1,6 @@
 package perkey
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,7 +109,7 @@ type Lane struct {
 	// failure period is under way (see streakFailing).
 	streak atomic.Int64
 	// back is closed by the next success while a failure period is under
-	// way, or by a close (see SleepOrAnswer); nil until a request sleeps
+	// way, or by a close (see Sleep); nil until a request sleeps
 	// on it.
 	back atomic.Pointer[chan struct{}]
 	// rodeOut is set when a request rode the key's failure out in vain,
@@ -359,29 +358,6 @@ func (l *Lane) wakeBack() {
 	if c := l.back.Load(); c != nil && l.back.CompareAndSwap(c, nil) {
 		close(*c)
 	}
-}
-
-// SleepOrAnswer waits d, or less if the key answers one of its attempts
-// meanwhile (or its circuit closes): a request riding out the key's
-// failure goes as soon as another request shows it back. It ends early
-// with ctx's error when ctx ends. It starts no goroutine.
-func (l *Lane) SleepOrAnswer(ctx context.Context, d time.Duration) error {
-	l.mu.Lock()
-	// Counted as Sleep counts its sleepers: the lane must not leave
-	// memory under a request that waits for it to answer.
-	l.sleepers++
-	c := l.back.Load()
-	if c == nil {
-		ch := make(chan struct{})
-		c = &ch
-		l.back.Store(c)
-	}
-	l.mu.Unlock()
-	err := sleep(ctx, d, nil, *c)
-	l.mu.Lock()
-	l.sleepers--
-	l.mu.Unlock()
-	return err
 }
 
 // earlyMax bounds Lane.early and the counts beside it: past it a success

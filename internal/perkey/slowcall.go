@@ -9,10 +9,11 @@ import "time"
 const WatchFor = time.Minute
 
 // Watch records that, at now, a caller gave up on an attempt to the key:
-// every attempt to it is timed until WatchFor after now. The end is kept
-// as a wall-clock instant: a step of the clock only lengthens or shortens
-// a watch, which decides which attempts are timed, never what counts.
+// every attempt to it is timed until WatchFor after now.
 func (l *Lane) Watch(now time.Time) {
+	// The end is kept as a wall-clock instant: a step of the clock only
+	// lengthens or shortens a watch, which decides which attempts are
+	// timed, never what counts.
 	l.watch.Store(now.Add(WatchFor).UnixNano())
 }
 

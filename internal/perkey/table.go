@@ -22,20 +22,8 @@ const clockSteps = 32
 // sync.Map answers the common case (a few keys, each asked for again and
 // again) with one string hash and one comparison; a miss falls through to
 // the map and caches the entry, which allocates nothing because entries
-// are made once.
-//
-// How entries leave it: the table holds at most Max entries that could be
-// dropped. An insertion into a full table evicts an idle entry (one that a
-// fresh entry would replace without loss), the least recently used as the
-// CLOCK algorithm approximates it: each Get marks its entry used (a new
-// entry starts used), and the clock hand, moving over at most clockSteps
-// entries, clears marks until it finds an idle entry not used since the hand
-// last passed, or else takes the first idle one it passed. So an entry is
-// dropped unused only after the hand has passed it once: a request whose
-// attempt is in flight keeps its fresh entry while the table fills. When
-// none of those entries is idle (each holds an open circuit or a request in
-// flight) the table grows past max, and later insertions evict two entries
-// each until it is back within bounds.
+// are made once. It holds at most Max entries that could be dropped (see
+// insert).
 type Table[V any] struct {
 	cache [cacheSlots]atomic.Pointer[entry[V]]
 	m     sync.Map // Key -> *entry[V]
@@ -120,6 +108,20 @@ func (e *entry[V]) markUsed() {
 	}
 }
 
+// insert adds the entry for k, made by mk, unless another caller has.
+//
+// How entries leave it: the table holds at most Max entries that could be
+// dropped. An insertion into a full table evicts an idle entry (one that a
+// fresh entry would replace without loss), the least recently used as the
+// CLOCK algorithm approximates it: each Get marks its entry used (a new
+// entry starts used), and the clock hand, moving over at most clockSteps
+// entries, clears marks until it finds an idle entry not used since the hand
+// last passed, or else takes the first idle one it passed. So an entry is
+// dropped unused only after the hand has passed it once: a request whose
+// attempt is in flight keeps its fresh entry while the table fills. When
+// none of those entries is idle (each holds an open circuit or a request in
+// flight) the table grows past max, and later insertions evict two entries
+// each until it is back within bounds.
 func (t *Table[V]) insert(k Key, mk func(Key) V) any {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -140,7 +140,7 @@ const quotaFirst = 256
 
 // ReadsQuota reports whether every response of the key is to be read for
 // the quota it advertises: once one has advertised it, and for the key's
-// first quotaFirst successes. Other responses are sampled by the caller.
+// first quotaFirst successes.
 func (l *Lane) ReadsQuota() bool {
 	return l.advertises.Load() || l.early.Load() < quotaFirst
 }

@@ -90,12 +90,9 @@ func (l *Lane) Crowd() int {
 	return l.sleepers + l.queue.len()
 }
 
-// FailingSince returns when the key began failing (see View.FailingSince):
-// what a request reads to tell a young failure from a sustained one. only
-// reports that the key fails as a whole now: its circuit is open or
-// half-open, its failure period has seen no success, or its latest
-// streakFailing outcomes or more were failures. A lane without circuits
-// keeps no failure period: the zero time.
+// FailingSince returns when the key began failing (see View.FailingSince;
+// the zero time without circuits), and only, whether it fails as a whole
+// now (see failingWholeLocked).
 func (l *Lane) FailingSince() (since time.Time, only bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -103,8 +100,11 @@ func (l *Lane) FailingSince() (since time.Time, only bool) {
 	return since, l.failingWholeLocked()
 }
 
-// failingWholeLocked reports that the key fails as a whole now (see
-// FailingSince). Called with mu held.
+// failingWholeLocked reports that the key fails as a whole now: its
+// circuit is open or half-open, its failure period has seen no success,
+// or its latest streakFailing outcomes or more were failures. A request
+// reads it, with the failure's start, to tell a young failure from a
+// sustained one. Called with mu held.
 func (l *Lane) failingWholeLocked() bool {
 	return !l.failingSince.IsZero() || l.failing.Load() && (l.succ.Load() == 0 || l.streak.Load() >= streakFailing)
 }
