@@ -210,6 +210,9 @@ type verdict struct {
 	// a success: ReasonNotRetryable or ReasonContextDone.
 	why  Reason
 	host perkey.Kind // what the key's circuit is told
+	// absent: the host was not there to reach (see attempt.Absent), which
+	// says nothing of how much it can take.
+	absent bool
 }
 
 // success reports an outcome that ends the request without a failure: a
@@ -245,6 +248,7 @@ func classify(req *http.Request, resp *http.Response, err error, retryIf func(*h
 	v := verdict{retry: retryIf(resp, err)}
 	if err != nil && attempt.NeverReached(err) {
 		v.reach = notReached
+		v.absent = attempt.Absent(err)
 	}
 	switch {
 	case v.retry:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"syscall"
 )
 
 // NeverReached reports a transport error that proves the request never
@@ -31,6 +32,23 @@ func NeverReached(err error) bool {
 	}
 	// http.Transport's own handshake timeout is an unexported type.
 	return strings.Contains(err.Error(), "TLS handshake timeout") || h2Unprocessed(err)
+}
+
+// Absent reports an error that shows the host not there: the connection
+// was refused, no route led to it, its name did not resolve, or an HTTP/2
+// server shutting down gracefully left the stream unprocessed. Errors that
+// also come from a host sending too much away are not among them: a dial
+// or handshake that timed out (a full accept queue), a refused stream (too
+// many at once), a GOAWAY with an error code (ENHANCE_YOUR_CALM).
+func Absent(err error) bool {
+	var dns *net.DNSError
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return true
+	case errors.As(err, &dns) && dns.IsNotFound:
+		return true
+	}
+	return inChain(err, func(e error) bool { return e.Error() == h2GoAwayGraceful })
 }
 
 // CertificateRejected reports an error that a retry cannot mend: the

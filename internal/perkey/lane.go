@@ -222,18 +222,18 @@ type Outcome struct {
 	Route Route
 }
 
-// Facts are what a response said that the key's hold and send rate
-// follow.
+// Facts are what a response said, or an error showed, that the key's
+// hold, send rate and recovery follow.
 type Facts uint8
 
 const (
 	Throttles  Facts = 1 << iota // the status is one of the adaptive rate's
 	TooMany                      // the status is 429
 	RetryAfter                   // a usable Retry-After asked for Outcome.Wait
-	// Unreached: the attempt never reached the host (its dial failed, or
-	// an HTTP/2 server never processed it). The circuit counts it, since
-	// a host nobody reaches is down; a recovery under way does not cut its
-	// rate for it, since it says nothing of how much the host can take.
+	// Unreached: no response; the attempt found the host not there (its
+	// connection refused, say). A recovery under way does not cut its
+	// rate for it, since it says nothing of how much the host can take;
+	// the circuit, if any, counts it as any failure.
 	Unreached
 )
 

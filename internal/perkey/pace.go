@@ -378,7 +378,10 @@ func (p *pacer) throttle(now, from time.Time, gen uint64) {
 				// over most of the second, and what the server admitted
 				// then reads that ramp, not the server's limit: the
 				// latest step, sent at over half the rate refused, reads
-				// it.
+				// it. A fixed window admits all it is sent until it
+				// fills, so there the step may read the rate sent, above
+				// the window: its next refusal, on the flat curve, reads
+				// the second again and cuts to the window's rate.
 				ok = max(ok, p.admitted.lastStep(now))
 			}
 			if ok > 0 {

@@ -411,3 +411,18 @@ func admitEvery(p *pacer, n int, gap time.Duration) {
 		time.Sleep(gap)
 	}
 }
+
+// lastStep counts the slot gone by and the part of the current one: 50 ms
+// into a slot, 15 events over those 150 ms are 100 a second.
+func TestTallyLastStep(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0) // on a slot's start
+	var c tally
+	for i := range 10 {
+		c.add(t0.Add(time.Duration(i) * 10 * time.Millisecond)) // the slot gone by
+	}
+	for i := range 5 {
+		c.add(t0.Add(100*time.Millisecond + time.Duration(i)*10*time.Millisecond))
+	}
+	assert.InDelta(t, 100, c.lastStep(t0.Add(150*time.Millisecond)), 1e-9)
+	assert.Zero(t, c.lastStep(t0.Add(time.Minute)), "nothing in the past 200 ms")
+}

@@ -23,11 +23,13 @@ const (
 	// recoveryBeta is where a failure puts the rate: this share of what
 	// the key was seen to answer, the rate it can take.
 	recoveryBeta = 0.95
-	// recoveryGrowth is how much the rate grows every recoveryStep after
-	// a failure, while the key keeps answering: a tenth, so that a key
-	// whose capacity comes back fivefold (the end of a brownout) is sent
-	// its full rate again within a second, while a key at its capacity is
-	// overshot by a tenth at most, once a round, before the next cut.
+	// recoveryGrowth is how much the rate grows every round after a
+	// failure, while the key keeps answering (a round at a rate below one
+	// release per recoveryStep grows once per step it took: see rateAt): a
+	// tenth, so that a key whose capacity comes back fivefold (the end of a
+	// brownout) is sent its full rate again within a second, while a key
+	// at its capacity is overshot by a tenth at most, once a round, before
+	// the next cut.
 	recoveryGrowth = 1.1
 	// recoverySpread is the shortest time over which the waiters go: the
 	// rate never passes the backlog the recovery began with over this, so
@@ -53,7 +55,7 @@ const (
 type recovery struct {
 	lim     *rate.Limiter
 	rate    float64   // the current rate
-	growth  float64   // what a round of recoveryStep multiplies the rate by: 2 in slow start, recoveryGrowth after a cut
+	growth  float64   // what a round multiplies the rate by: 2 in slow start, recoveryGrowth after a cut
 	round   time.Time // when the current round began
 	mark    int       // requests let go before the current round began
 	let     int       // requests let go so far
@@ -148,12 +150,13 @@ func (r *recovery) rateAt(now time.Time) float64 {
 			r.rate = max(recoveryBeta*float64(r.okRound)/d.Seconds(), 1)
 			r.growth, r.slack = recoveryGrowth, false
 		} else {
-			// Once per recoveryStep gone by, and at most doubling: a round
-			// lasts as long as the releases it waits for, which at a rate
-			// cut low is a second or more, and the rate must grow back at
-			// the pace of time while the key answers, not of its own
-			// releases.
-			g := min(math.Pow(r.growth, d.Seconds()/recoveryStep.Seconds()), 2)
+			// Once per recoveryStep of the time its own release took, and
+			// at most doubling: a round at a rate cut low lasts a second or
+			// more for one release, and the rate must grow back at the pace
+			// of time while the key answers, not of its releases; a round
+			// long because its answers were slow grows by one step.
+			steps := max(min(d.Seconds(), 1/r.rate), recoveryStep.Seconds()) / recoveryStep.Seconds()
+			g := min(math.Pow(r.growth, steps), 2)
 			r.rate = min(r.rate*g, r.most, 2*unpaceAt)
 		}
 		r.begin(now)

@@ -98,3 +98,20 @@ func TestRecoveryRegrowsWithTime(t *testing.T) {
 	// every recoveryStep (6.7 times a second).
 	assert.Less(t, now.Sub(t0), 4*time.Second, "back at the starting rate")
 }
+
+// A round that is long because the key answered slowly, not because the
+// rate let go little, grows the rate by one step only: a host whose
+// answers take a second after a cut is not sent twice as much.
+func TestRecoverySlowAnswersGrowOneStep(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	r := newRecovery(t0, 10_000, 0, 0)
+	r.rate, r.growth, r.wasCut = 100, recoveryGrowth, true
+	r.minTook = time.Second // as slow from the start: not late
+	for range 10 {
+		r.released(t0)
+	}
+	for range 10 {
+		r.success(t0.Add(time.Second), time.Second)
+	}
+	assert.InDelta(t, 100*recoveryGrowth, r.rateAt(t0.Add(time.Second)), 1e-9)
+}

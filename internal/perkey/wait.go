@@ -257,8 +257,8 @@ func (l *Lane) updateWaitBitLocked() {
 // doneWaitingLocked records what an attempt the queue let go (a turn of
 // the recovery, the test) or one admitted beside waiters says about the
 // key: a success starts the recovery, or feeds its rate; a failure cuts
-// the rate, unless it never reached the host (unreached: a host that is
-// not there tells nothing of how much it can take; its circuit counts the
+// the rate, unless it found the host not there (unreached: that tells
+// nothing of how much the host can take; its circuit, if any, counts the
 // failure, and opens again if the key fails as a whole), or spaces the
 // next test out. whole reports that the key
 // failed as a whole before this outcome: a success then ends an outage,
