@@ -230,10 +230,9 @@ const (
 	Throttles  Facts = 1 << iota // the status is one of the adaptive rate's
 	TooMany                      // the status is 429
 	RetryAfter                   // a usable Retry-After asked for Outcome.Wait
-	// Unreached: no response; the attempt found the host not there (its
-	// connection refused, say). A recovery under way does not cut its
-	// rate for it, since it says nothing of how much the host can take;
-	// the circuit, if any, counts it as any failure.
+	// Unreached: the attempt found the host not there (its connection
+	// refused, say): a recovery's rate is not cut for it (see
+	// doneWaitingLocked); a circuit counts it as any failure.
 	Unreached
 )
 
