@@ -260,12 +260,12 @@ func (l *Lane) updateWaitBitLocked() {
 // the rate, unless it found the host not there (unreached: that tells
 // nothing of how much the host can take; its circuit, if any, counts the
 // failure, and opens again if the key fails as a whole), or spaces the
-// next test out. whole reports that the key
-// failed as a whole before this outcome: a success then ends an outage,
-// and the waiters go at the recovery's rate; otherwise the key was up
-// all along (a lossy link failed some of its requests), and they go at
-// once, for a recovery there would gate every newcomer behind a rate that
-// each random failure cuts. Called with mu held.
+// next test out. whole reports that the key failed as a whole before this
+// outcome: a success then ends an outage, and the waiters go at the
+// recovery's rate; otherwise the key was up all along (a lossy link
+// failed some of its requests), and they go at once, for a recovery there
+// would gate every newcomer behind a rate that each random failure cuts.
+// Called with mu held.
 func (l *Lane) doneWaitingLocked(t Ticket, o Kind, whole, unreached bool, now time.Time, trs *Transitions) {
 	if t.has(testFlag) {
 		l.testing = false
