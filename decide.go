@@ -192,6 +192,9 @@ const (
 	// was refused, the name did not resolve, the TLS handshake failed), so
 	// sending it again cannot apply it twice, whatever its method.
 	notReached
+	// notThere: notReached, and the host was not there to reach (see
+	// attempt.Absent), which says nothing of how much it can take.
+	notThere
 	// notSent: the request itself is at fault and was never sent as it
 	// stands (a malformed URL or header, an unsupported scheme): the same
 	// request fails the same way every time, and the host is not to blame.
@@ -210,9 +213,8 @@ type verdict struct {
 	// a success: ReasonNotRetryable or ReasonContextDone.
 	why  Reason
 	host perkey.Kind // what the key's circuit is told
-	// absent: the host was not there to reach (see attempt.Absent), which
-	// says nothing of how much it can take.
-	absent bool
+	// Four fields, which the compiler keeps in registers (a struct of
+	// more is kept in memory): what else an outcome says goes into these.
 }
 
 // success reports an outcome that ends the request without a failure: a
@@ -248,7 +250,9 @@ func classify(req *http.Request, resp *http.Response, err error, retryIf func(*h
 	v := verdict{retry: retryIf(resp, err)}
 	if err != nil && attempt.NeverReached(err) {
 		v.reach = notReached
-		v.absent = attempt.Absent(err)
+		if attempt.Absent(err) {
+			v.reach = notThere
+		}
 	}
 	switch {
 	case v.retry:
@@ -399,7 +403,7 @@ func (r *retrier) facts(v verdict) facts {
 		ctxDone:      r.req.Context().Err() != nil,
 		attemptsLeft: r.s.maxAttempts - r.attempts,
 		idempotent:   r.idempotent,
-		reached:      v.reach != notReached,
+		reached:      v.reach != notReached && v.reach != notThere,
 		replayable:   r.body.Replayable(),
 		circuitOpen:  r.lane != nil && r.lane.IsOpen(),
 		mayWait:      r.maxWaitLeft() > 0,

@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -32,7 +34,8 @@ func TestClassifyReach(t *testing.T) {
 	}{
 		{"dial refused", dial, notReached},
 		{"dial refused, wrapped by http.Client", &url.Error{Op: "Get", URL: testURL, Err: dial}, notReached},
-		{"name not found", &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "example.test", IsNotFound: true}}, notReached},
+		{"name not found", &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "example.test", IsNotFound: true}}, notThere},
+		{"connection refused, as net reports it", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}, notThere},
 		{"bare DNS error", &net.DNSError{Err: "server misbehaving", Name: "example.test"}, notReached},
 		{"proxy refused", &net.OpError{Op: "proxyconnect", Net: "tcp", Err: errors.New("connection refused")}, notReached},
 		{"TLS alert", tls.AlertError(40), notReached},

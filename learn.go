@@ -184,7 +184,7 @@ func (r *retrier) record(v verdict, f perkey.Facts) {
 func (r *retrier) recordFailure(v verdict, resp *http.Response) failure {
 	if !v.retry || resp == nil {
 		var f perkey.Facts
-		if v.absent {
+		if v.reach == notThere {
 			f = perkey.Unreached
 		}
 		r.record(v, f)
