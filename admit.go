@@ -62,7 +62,8 @@ func (r *retrier) route() perkey.Route {
 }
 
 // admitSlow finishes an admission that made changes or was refused: it
-// reports the changes; while the key is held it waits for the hold's end,
+// reports the changes; while the key is held it waits for the hold's end
+// (or its test's time, or the test that ends it: perkey.Lane.HeldWait),
 // plus a spread drawn like a Retry-After's so that the held requests do
 // not return together, when the request's deadline allows and its waits
 // for holds stay within its Retry-After clamp; while the circuit is open
@@ -77,12 +78,12 @@ func (r *retrier) admitSlow(trs perkey.Transitions, err error) error {
 			r.t.stats.held.Add(1)
 			dl, _ := r.req.Context().Deadline()
 			patience := r.s.maxRetryAfter + r.s.retryAfterSpread
-			wait, spread, ok := r.lane.HeldWait(e, held, patience, dl)
+			waited, spread, ok, serr := r.lane.HeldWait(r.req.Context(), e, held, patience, dl)
 			if !ok {
 				return &heldError{until: e.Until}
 			}
-			serr := r.sleep(wait)
-			held += wait
+			held += waited
+			r.lane = r.t.lanes.Lane(r.keyOf()) // as after any sleep
 			if serr == nil && spread {
 				// Spread by the crowd at the hold's end (see crowdSpread).
 				var d time.Duration

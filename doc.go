@@ -32,19 +32,25 @@
 //
 // Every attempt of a request goes through these steps, in this order.
 //
-//  1. Admission. The request's key lets the attempt go: a hold (a server's
-//     Retry-After of 5 s or more holds the route it answered, method and
-//     path, or the whole key on host-wide evidence: a 429, the host's root
-//     "/", a second route held, or a key from WithKey) is waited out, plus
-//     a spread, if the deadline and the Retry-After clamp allow, else the
-//     request stops (ReasonHeld); an open circuit, or a key an operator
-//     isolated, is waited for until the key recovers, as WithMaxWait
-//     allows, else the request stops (ReasonCircuitOpen); a throttled key's
-//     send rate is waited for in turn, unless the queue ahead cannot fit in
-//     the deadline even at the rate a paced attempt was throttled at
-//     (ReasonDeadline; a rate its quota headers only advertised never
-//     refuses a request unsent); then a place under WithConcurrencyLimit
-//     is waited for, or refused (ReasonConcurrencyLimit).
+//  1. Admission. The request's key lets the attempt go: a young key
+//     (in its first 500 ms, until its 256th answer) lets ten attempts go
+//     before its first answer and two more per answer, and the rest wait
+//     their turn; a hold (a server's Retry-After of 5 s or more holds the
+//     route it answered, method and path, or the whole key on host-wide
+//     evidence: a 429, the host's root "/", a second route held, or a key
+//     from WithKey; a 429's shorter Retry-After holds the key too, and
+//     such a hold is tested with one attempt a tenth of the way in:
+//     admitted, it ends, and the key's short holds are not applied again)
+//     is waited out, plus a spread, if the deadline and the Retry-After
+//     clamp allow, else the request stops (ReasonHeld); an open circuit, or
+//     a key an operator isolated, is waited for until the key recovers, as
+//     WithMaxWait allows, else the request stops (ReasonCircuitOpen); a
+//     throttled key's send rate is waited for in turn, unless the queue
+//     ahead cannot fit in the deadline even at the rate a paced attempt was
+//     throttled at (ReasonDeadline; a rate its quota headers only
+//     advertised never refuses a request unsent); then a place under
+//     WithConcurrencyLimit is waited for, or refused
+//     (ReasonConcurrencyLimit).
 //  2. The attempt goes through the next RoundTripper, bounded by
 //     WithAttemptTimeout.
 //  3. Classification. An outcome that is not retryable is returned as it

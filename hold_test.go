@@ -503,3 +503,72 @@ func TestHoldWithoutBreaker(t *testing.T) {
 		assert.Equal(t, 2, next.calls(), "attempts that reached the server")
 	})
 }
+
+// A limiter that answers 429 with Retry-After: 1 while it has a token
+// again in 10 ms (a token bucket rounding its wait up to whole seconds):
+// the key's first short hold is tested a tenth of the way in, the test is
+// admitted, and the requests it held go at the send rate the 429 cut to
+// rather than at the end of the second; later 429s cut the send rate
+// without holding the key.
+// Against a limiter that refuses until the second is over, the test is
+// refused and the hold stands: every request waits the second out.
+func TestShortHoldIsTested(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		bucket bool // the limiter admits again 10 ms after a 429
+	}{{"a bucket", true}, {"a window", false}} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				var mu sync.Mutex
+				var refusedAt time.Duration = -1
+				next := peerRT(func(req *http.Request) (*http.Response, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					now := time.Since(start)
+					admit := refusedAt >= 0 && (c.bucket && now >= refusedAt+10*time.Millisecond || now >= time.Second)
+					if refusedAt < 0 || !admit {
+						if refusedAt < 0 {
+							refusedAt = now
+						}
+						resp := newResponse(req, http.StatusTooManyRequests, http.NoBody)
+						resp.Header.Set("Retry-After", "1")
+						return resp, nil
+					}
+					return newResponse(req, http.StatusOK, http.NoBody), nil
+				})
+				tr := New(next)
+				first := make(chan error, 1)
+				go func() {
+					resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+					if err == nil {
+						resp.Body.Close()
+					}
+					first <- err
+				}()
+				synctest.Wait() // the first is answered 429: the key is held
+				var wg sync.WaitGroup
+				done := make([]time.Duration, 5)
+				for i := range done {
+					wg.Go(func() {
+						resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+						assert.NoError(t, err)
+						readBody(t, resp)
+						done[i] = time.Since(start)
+					})
+				}
+				wg.Wait()
+				require.NoError(t, <-first)
+				for _, d := range done {
+					if c.bucket {
+						// Paced from then on at the rate the 429 cut to
+						// (10/s, doubling every 200 ms), not held to 1 s.
+						assert.Less(t, d, 500*time.Millisecond, "held requests go when the test is admitted")
+					} else {
+						assert.GreaterOrEqual(t, d, time.Second, "a proven hold is waited out")
+					}
+				}
+			})
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,15 +89,24 @@ var realLimiters = []realLimiter{
 // things (a rate, a burst, a window, the time until a bucket is full).
 // With every one the defaults deliver at least 99% and refuse no request
 // unsent; they draw at most 10% 429s, at most half of go-retryablehttp's
-// share, and finish within 2x the paced client's time in the same run.
-// (Two of the four take more than the 5% and the 1.15x that the others
-// meet: a bucket with a burst of 10 refuses most of a first wave of 200
-// sent before any answer, and the GCRA limiter's rate is found from its
-// answers, its headers being refuted; docs/results.md has the table.)
+// share, and finish within 1.25x the paced client's time in the same run.
+// Most runs meet 5% and 1.15x on all four (docs/results.md has the table
+// and the runs that did not). Two rules brought them there. A key's first wave (ten requests
+// before its first answer, then two more per answer) lets the first
+// answers tell the quota before the other 190 go, where a wave of 200
+// sent at once met a bucket with a burst of 10 with 190 429s. And a short
+// hold is tested: the GCRA limiter's Retry-After: 1 and its "none left
+// until the bucket is full" each held the key a second, while it admits
+// again within 10 ms.
 //
 // The four limiters run side by side, each with its own server, to keep
 // the package's tests inside go test's default timeout: together they
-// send 400 requests a second, well within what one core serves.
+// send 400 requests a second, well within what one core serves. Each
+// client meets the four at once, and the next client only when they are
+// done, so that every client is timed beside its own kind: a paced
+// client timed alone against one timed beside go-retryablehttp's
+// thousands of retries would compare the machine's load, not the
+// clients.
 func TestRealLimiters(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	const requests, workers = 2_000, 200
@@ -110,23 +120,40 @@ func TestRealLimiters(t *testing.T) {
 			time.Now().UTC().Format("2006-01-02 15:04 UTC"),
 			"| limiter | what its headers say | client | delivered | 429s / attempts | refused unsent | finished | against paced |\n|---|---|---|--:|--:|--:|--:|--:|\n",
 			strings.Join(rows, ""))
-		goleak.VerifyNone(t, ignore)
+		// ulule/limiter's memory store cleans up in a goroutine of its
+		// own, which it stops only when the store is collected (a
+		// finalizer); it offers no Close.
+		goleak.VerifyNone(t, ignore, goleak.IgnoreTopFunction("github.com/ulule/limiter/v3/drivers/store/memory.(*cleaner).Run"))
 	})
+	results := make([][]BatchResult, len(realLimiters))
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+	for _, cl := range clients {
+		type server struct {
+			srv  *httptest.Server
+			stop func()
+			base *http.Transport
+		}
+		servers := make([]server, len(realLimiters))
+		for i, l := range realLimiters {
+			h, stop := l.wrap(t, ok)
+			servers[i] = server{httptest.NewServer(h), stop, NewBatchBase(workers)}
+		}
+		var wg sync.WaitGroup
+		for i := range servers {
+			wg.Go(func() {
+				results[i] = append(results[i], RunBatch(cl, servers[i].base, servers[i].srv.URL+"/item", c))
+			})
+		}
+		wg.Wait()
+		for _, s := range servers {
+			s.base.CloseIdleConnections()
+			s.srv.Close()
+			s.stop()
+		}
+	}
 	for i, l := range realLimiters {
 		t.Run(strings.Fields(l.name)[0], func(t *testing.T) {
-			t.Parallel()
-			var rs []BatchResult
-			for _, cl := range clients {
-				ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
-				h, stop := l.wrap(t, ok)
-				srv := httptest.NewServer(h)
-				base := NewBatchBase(workers)
-				r := RunBatch(cl, base, srv.URL+"/item", c)
-				base.CloseIdleConnections()
-				srv.Close()
-				stop()
-				rs = append(rs, r)
-			}
+			rs := results[i]
 			paced := rs[len(rs)-1]
 			var table strings.Builder
 			for _, r := range rs {
@@ -140,7 +167,7 @@ func TestRealLimiters(t *testing.T) {
 			assert.GreaterOrEqual(t, got.Delivered, requests*99/100, "delivered")
 			assert.LessOrEqual(t, share(got), 0.10, "429s at most 10%% of attempts")
 			assert.LessOrEqual(t, share(got), share(peer)/2, "at most half go-retryablehttp's share of 429s")
-			assert.LessOrEqual(t, got.Done.Seconds(), 2*paced.Done.Seconds(), "within 2x the paced client")
+			assert.LessOrEqual(t, got.Done.Seconds(), 1.25*paced.Done.Seconds(), "within 1.25x the paced client")
 			assert.Zero(t, got.Unsent, "requests refused unsent (%s)", got.ErrSample)
 			assert.Equal(t, requests, paced.Delivered, "the paced client delivers every request")
 		})

@@ -10,27 +10,21 @@ import (
 
 // TestFixedWindow: 2,000 GETs from 200 workers against a fixed window of
 // 100 requests per second that answers 429 with Retry-After: 1. The
-// defaults deliver at least 99%, with 429s at most 5% of the attempts and
-// the batch done within 1.15x the 20 s of a client sending exactly the
+// defaults deliver at least 99%, with 429s at most 3% of the attempts (none
+// with the quota headers) and the batch done within 1.15x the 20 s of a client sending exactly the
 // quota: with the quota headers, by reading them; without, by what the
 // first burst and its Retry-After tell of the quota, then the adaptive
 // rate.
 //
 // The limiter stands in front of the handler, as rate limiters do, and
-// refuses in 1 ms an attempt the handler would take 10 ms to answer. The
-// first instant costs 100 429s whatever the client does: 200 workers meet
-// a window of 100. Each setup runs three times, as the order the
-// scheduler runs the workers in varies.
-//
-// Against a limiter that answers its 429 as late as the handler answers
-// its 200, the workers whose 200 comes back in the same instant as the
-// first 429 may send again before the transport has read it. With the
-// quota headers the 200s say what is left and the transport shares it
-// with the attempts still in flight, so the runs stay within 5%. Without
-// them nothing tells the transport the window is full until it reads a
-// 429, and how many workers send again first depends on the scheduler's
-// order (up to 8 in 200 runs, against a margin of 5): those runs must
-// still deliver and finish in time, and their 429s are logged.
+// refuses in 1 ms an attempt the handler would take 10 ms to answer; or,
+// in the second setup, as late as the handler answers its 200. Each setup
+// runs three times, as the order the scheduler runs the workers in
+// varies. 200 workers meet a window of 100: a client that sent them all
+// at once would have 100 answered 429. The key's first wave (ten, then
+// two more per answer) lets the first answers tell the quota before the
+// rest go: with the headers, none is refused; without them, the wave
+// doubles each round trip until the window refuses about 50.
 func TestFixedWindow(t *testing.T) {
 	for _, refuse := range []time.Duration{time.Millisecond, 0} {
 		for _, headers := range []bool{true, false} {
@@ -52,8 +46,9 @@ func TestFixedWindow(t *testing.T) {
 					r.Stats.Quotas, r.Stats.QuotaHeld, r.Stats.Paced, r.Stats.Waits, r.Stats.BudgetDenied, r.Stats.GiveUps)
 				assert.GreaterOrEqual(t, r.Delivered, 1_980, "%s: delivered", w.Name)
 				assert.LessOrEqual(t, r.Done, time.Duration(1.15*float64(w.Ideal())), "%s: done, against the ideal %v", w.Name, w.Ideal())
-				if refuse > 0 || headers {
-					assert.LessOrEqual(t, float64(r.Throttled), 0.05*float64(r.Attempts), "%s: 429s among attempts", w.Name)
+				assert.LessOrEqual(t, float64(r.Throttled), 0.03*float64(r.Attempts), "%s: 429s among attempts", w.Name)
+				if headers {
+					assert.Zero(t, r.Throttled, "%s: 429s, the first answers telling the quota", w.Name)
 				}
 			}
 		}

@@ -15,8 +15,13 @@ var (
 	ErrPaced    = errors.New("the key's send rate leaves no room before the deadline")
 )
 
-// HeldError refuses an attempt while the key is held.
-type HeldError struct{ Until time.Time }
+// HeldError refuses an attempt while the key is held, until Until. Test,
+// when set, is when one attempt may go as the hold's test; Tested, that
+// the hold is short and under test, which may end it early (see proof).
+type HeldError struct {
+	Until, Test time.Time
+	Tested      bool
+}
 
 func (e *HeldError) Error() string { return "held until " + e.Until.Format(time.RFC3339) }
 
@@ -60,6 +65,7 @@ const (
 	recovFlag              // let go by the key's recovery: its outcome feeds the rate
 	testFlag               // the one test of a closed key whose requests wait
 	watchFlag              // admitted beside waiters: its success lets them go
+	holdFlag               // the test of a short hold (see proof)
 	ticketBits = iota
 )
 
@@ -84,9 +90,9 @@ func (t Ticket) plain() bool { return t.pace&(1<<ticketBits-1) == 0 }
 // and others wait (when lim.Queue is set), with ErrSlots when lim refuses
 // over its limit, with ErrPaced when the key's send rate leaves no room
 // before the deadline, and with ctx's error when it ends while the
-// attempt waits its turn for the send rate or a place in flight. A closed
-// circuit with no hold, no pacing, no waiters and no limit admits with
-// one atomic load.
+// attempt waits its turn in the key's first wave, for the send rate or
+// for a place in flight. A closed circuit past its young phase, with no
+// hold, no pacing, no waiters and no limit, admits with one atomic load.
 func (l *Lane) Admit(ctx context.Context, lim Limits) (tk Ticket, trs Transitions, err error) {
 	if w := l.word.Load(); w&fastMask == 0 && lim.MaxInFlight == 0 {
 		tk.gen = w >> stateBits
@@ -96,11 +102,132 @@ func (l *Lane) Admit(ctx context.Context, lim Limits) (tk Ticket, trs Transition
 	return l.admitSlow(ctx, lim)
 }
 
-// admitSlow is Admit past its fast path: the circuit, the hold and the
-// key's waiters first, then the wait for the send rate, then a place in
-// flight.
+// admitSlow is Admit past its fast path: a young key's first wave first,
+// then the circuit, the hold and the key's waiters, then the wait for the
+// send rate, then a place in flight.
 func (l *Lane) admitSlow(ctx context.Context, lim Limits) (Ticket, Transitions, error) {
+	if l.word.Load()&coldBit != 0 {
+		counted, err := l.firstWave(ctx)
+		if err != nil {
+			return Ticket{}, Transitions{}, err
+		}
+		tk, trs, err := l.admitLoop(ctx, lim, time.Time{}, false)
+		if err != nil && counted {
+			l.coldUnused() // refused after its turn: it sent nothing
+		}
+		return tk, trs, err
+	}
 	return l.admitLoop(ctx, lim, time.Time{}, false)
+}
+
+// A young key sends as TCP does before it knows its path (RFC 5681,
+// RFC 6928): firstWave attempts before its first answer, then two more
+// for each answer, so that what goes doubles each round trip; the rest
+// wait their turn, first come first served. A server's quota is in its
+// answers: a batch that sends its whole first wave before any comes back
+// has no quota to pace by, and a limiter with a burst of 10 refuses all
+// but ten of a wave of 200. The young phase ends as soon as another rule
+// holds the key (a quota or a 429 has paced it, a Retry-After has held
+// it, its circuit has left Closed), when the key has had quotaFirst
+// answers (those whose quota is read however they come), or coldWait
+// after the key's first request, whichever comes first: a host slow to
+// answer costs a cold fan-out at most coldWait, and a key past its youth
+// admits with one load again.
+const (
+	firstWave = 10
+	coldWait  = 500 * time.Millisecond
+)
+
+// firstWave admits an attempt to a young key (see the constants above):
+// at once while the key's allowance has room, or when its deadline would
+// come before the young phase is over; else in its turn. It returns ctx's
+// error, or nil and whether the attempt took a place of the allowance.
+func (l *Lane) firstWave(ctx context.Context) (counted bool, err error) {
+	dl, hasDl := ctx.Deadline()
+	l.mu.Lock()
+	now, end := time.Now(), l.born.Add(coldWait)
+	switch {
+	case l.word.Load()&coldBit == 0:
+	case l.grownLocked(now):
+		l.warmLocked()
+	case l.coldLet < firstWave+2*l.coldAnswers || hasDl && dl.Before(end):
+		l.coldLet++
+		counted = true
+	default:
+		w := l.cold.push()
+		timer := time.NewTimer(end.Sub(now))
+		l.mu.Unlock()
+		defer timer.Stop()
+		err := l.cold.wait(ctx, &l.mu, w, timer.C, l.coldHandOnLocked)
+		if err == errWaitOver {
+			l.mu.Lock()
+			l.warmLocked()
+			l.mu.Unlock()
+			return false, nil
+		}
+		// Let go in turn: the one who let it go counted it.
+		return err == nil, err
+	}
+	l.mu.Unlock()
+	return counted, nil
+}
+
+// coldUnused gives back the place of an attempt of the young phase that
+// was refused after its turn came (by a hold, or a limit in flight): the
+// next in line takes it.
+func (l *Lane) coldUnused() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.word.Load()&coldBit == 0 {
+		return
+	}
+	l.coldHandOnLocked(nil)
+}
+
+// grownLocked reports whether the key's young phase is over at now: its
+// time is up, it has had its answers, or another rule holds the key.
+// Called with mu held.
+func (l *Lane) grownLocked(now time.Time) bool {
+	w := l.word.Load()
+	return !now.Before(l.born.Add(coldWait)) || l.coldAnswers >= quotaFirst ||
+		w&(heldBit|pacedBit|routeBit|waitBit) != 0 || w&stateMask != uint64(Closed)
+}
+
+// coldAnswer records an answer of a young key: it lets two more attempts
+// go, or every waiting one when the young phase is over.
+func (l *Lane) coldAnswer() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.word.Load()&coldBit == 0 {
+		return
+	}
+	l.coldAnswers++
+	if l.grownLocked(time.Now()) {
+		l.warmLocked()
+		return
+	}
+	for l.coldLet < firstWave+2*l.coldAnswers && l.cold.letNext(0) {
+		l.coldLet++
+	}
+}
+
+// coldHandOnLocked passes the turn of a waiter let go just as its request
+// stopped waiting to the next in line. Called with mu held.
+func (l *Lane) coldHandOnLocked(*waiter) {
+	if l.cold.letNext(0) {
+		return
+	}
+	l.coldLet-- // nobody to take it: the allowance keeps it
+}
+
+// warmLocked ends the key's young phase: every attempt waiting for its
+// turn goes. Called with mu held.
+func (l *Lane) warmLocked() {
+	if w := l.word.Load(); w&coldBit != 0 {
+		l.word.Store(w &^ coldBit)
+	}
+	for l.cold.letNext(0) {
+	}
 }
 
 // ErrTurn asks a newcomer to wait its turn, through Wait, behind the
@@ -173,8 +300,9 @@ func (l *Lane) admitted(ctx context.Context, lim Limits, tk Ticket, trs Transiti
 		tk.setPaceGen(gen)
 		if err == nil {
 			// A throttle's Retry-After may have held the key while the
-			// attempt waited its turn: it waits for the hold too.
-			err = l.heldNow()
+			// attempt waited its turn: it waits for the hold too, or
+			// goes as its test.
+			err = l.heldNow(&tk)
 		}
 	}
 	if err == nil && lim.MaxInFlight > 0 {
@@ -192,24 +320,6 @@ func (l *Lane) admitted(ctx context.Context, lim Limits, tk Ticket, trs Transiti
 		tk.at = time.Now().UnixNano() // the recovery times its answer
 	}
 	return tk, trs, nil
-}
-
-// HeldWait returns how long a request that a hold refused with e waits
-// before it asks again: to the hold's end; and whether it then spreads
-// (a draw the root package makes by the crowd then). ok is false when
-// held plus that wait would pass patience, or the wait would reach
-// deadline (the zero time: none).
-func (l *Lane) HeldWait(e *HeldError, held, patience time.Duration, deadline time.Time) (wait time.Duration, spread, ok bool) {
-	// Paced at the quota it advertises: its pacer lets the held requests
-	// go one after another at that rate, which a spread on top would only
-	// slow. Otherwise the spread keeps them from returning together.
-	spread = !(l.Paced() && l.advertises.Load())
-	now := time.Now()
-	wait = e.Until.Sub(now)
-	if held+wait > patience || !deadline.IsZero() && !now.Add(wait).Before(deadline) {
-		return 0, false, false
-	}
-	return wait, spread, true
 }
 
 // closedChan is the opened channel of every open circuit.
@@ -232,13 +342,7 @@ func (l *Lane) Sleep(ctx context.Context, d time.Duration, onAnswer bool) error 
 	l.mu.Lock()
 	l.sleepers++
 	if onAnswer {
-		c := l.back.Load()
-		if c == nil {
-			ch := make(chan struct{})
-			c = &ch
-			l.back.Store(c)
-		}
-		back = *c
+		back = l.backLocked()
 	} else {
 		if l.opened == nil {
 			l.opened = make(chan struct{})
@@ -251,6 +355,18 @@ func (l *Lane) Sleep(ctx context.Context, d time.Duration, onAnswer bool) error 
 	l.sleepers--
 	l.mu.Unlock()
 	return err
+}
+
+// backLocked returns the channel that the key's next answer closes (see
+// wakeBack), making it if none is open. Called with mu held.
+func (l *Lane) backLocked() chan struct{} {
+	c := l.back.Load()
+	if c == nil {
+		ch := make(chan struct{})
+		c = &ch
+		l.back.Store(c)
+	}
+	return *c
 }
 
 // Sleep waits d, or less if ctx ends first (it returns the context's

@@ -103,17 +103,24 @@ func (l *Lane) allow(trs *Transitions, g grant, lim Limits) (Ticket, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := time.Now()
-	if l.word.Load()&heldBit != 0 {
-		if now.Before(l.holdUntil) {
-			return Ticket{}, l.refusedLocked(g, &HeldError{Until: l.holdUntil})
-		}
-		trs.add(l.unholdLocked())
-	}
 	if l.word.Load()&routeBit != 0 {
 		if until := l.routes[lim.Route]; now.Before(until) {
 			return Ticket{}, l.refusedLocked(g, &HeldError{Until: until})
 		}
 		l.routeHeldLocked(now) // forgets the holds that are over
+	}
+	if l.word.Load()&heldBit != 0 {
+		if now.Before(l.holdUntil) {
+			test, he := l.heldLocked(now, g == grantNone)
+			if !test {
+				return Ticket{}, l.refusedLocked(g, he)
+			}
+			// It goes now, unpaced: it is the hold's test.
+			tk := Ticket{gen: l.word.Load() >> stateBits}
+			tk.set(holdFlag)
+			return tk, nil
+		}
+		trs.add(l.unholdLocked())
 	}
 	state, gen := unpack(l.word.Load())
 	if state == Open {

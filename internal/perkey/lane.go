@@ -51,7 +51,9 @@ func NewSet(c Config) *Set {
 func (s *Set) Lane(k Key) *Lane {
 	return s.table.Get(k, func(k Key) *Lane {
 		l := &Lane{set: s, key: k, born: time.Now()}
-		if !s.cfg.SeesEverySuccess {
+		if s.cfg.SeesEverySuccess {
+			l.word.Store(coldBit) // see firstWave
+		} else {
 			l.early.Store(earlyMax)
 			l.sent.Store(earlyMax)
 			l.ended.Store(earlyMax)
@@ -94,9 +96,9 @@ func (s *Set) flag() {
 type Lane struct {
 	set *Set
 	key Key // the table's own copy
-	// word is the circuit's state in its low 2 bits, the held flag in bit
-	// 2, the paced flag in bit 3 and the generation above them, so that one
-	// atomic load tells a request all of them. The generation grows at
+	// word is the circuit's state in its low 2 bits, the held, paced,
+	// wait, route and young flags in bits 2 to 6 and the generation above
+	// them, so that one atomic load tells a request all of them. The generation grows at
 	// every change of circuit state; an outcome from an earlier generation
 	// is ignored (a request admitted before the circuit opened must not
 	// count against the next closed period).
@@ -149,8 +151,20 @@ type Lane struct {
 	// ends, while the route bit is set (see holdFor). Guarded by mu.
 	routes    map[Route]time.Time
 	heldSince time.Time // guarded by mu
-	probes    int       // probes in flight while half-open; guarded by mu
-	sleepers  int       // requests sleeping toward the key; guarded by mu
+	// The test of the key's short holds (see proof): what it showed,
+	// when the current hold's test may go (zero: none due), and whether
+	// one is under way. Guarded by mu.
+	holdProof    proof
+	holdRefusals int // tests refused so far
+	holdTestAt   time.Time
+	holdWindow   time.Time // the server's reset when the test was set (see heldTested)
+	holdTesting  bool
+	probes       int // probes in flight while half-open; guarded by mu
+	sleepers     int // requests sleeping toward the key; guarded by mu
+	// The key's young phase (see firstWave): the attempts it let go,
+	// the answers they had, and those waiting their turn. Guarded by mu.
+	coldLet, coldAnswers int
+	cold                 queue
 	// failingSince is when the key began failing: the start of the failure
 	// period that tripped the circuit, kept while it stays open or
 	// half-open, cleared by a close. Guarded by mu.
@@ -174,15 +188,16 @@ type Lane struct {
 }
 
 const (
-	stateBits = 6      // state, held, paced, wait and route flags
+	stateBits = 7      // state, held, paced, wait, route and cold flags
 	stateMask = 3      // the circuit's state
 	heldBit   = 1 << 2 // a hold is in force
 	pacedBit  = 1 << 3 // the key's send rate is limited (see pacer)
 	waitBit   = 1 << 4 // requests wait for the key, or it recovers (see wait.go)
 	routeBit  = 1 << 5 // some route of the key is held (see hold.go)
-	flagBits  = heldBit | pacedBit | waitBit | routeBit
-	// fastMask: none of these set means closed, not held, not paced, and
-	// nobody waits.
+	coldBit   = 1 << 6 // the key is young: its sends grow with its answers (see firstWave)
+	flagBits  = heldBit | pacedBit | waitBit | routeBit | coldBit
+	// fastMask: none of these set means closed, not held, not paced,
+	// nobody waits, and the key is past its young phase.
 	fastMask = 1<<stateBits - 1
 )
 
@@ -244,10 +259,15 @@ func (l *Lane) Done(t Ticket, o Outcome) (trs Transitions) {
 	if o.Kind == Success && o.Facts == 0 && t.plain() { // no fact: no hold, no cut
 		l.recordSuccess() // the hot path: no lock, nothing to report
 		countTo(&l.early)
-		if l.word.Load()&pacedBit != 0 {
-			// Sent before the key was paced: it counts toward what the
-			// server admits.
-			l.pacedSuccess(t)
+		if w := l.word.Load(); w&(pacedBit|coldBit) != 0 {
+			if w&coldBit != 0 {
+				l.coldAnswer()
+			}
+			if w&pacedBit != 0 {
+				// Sent before the key was paced: it counts toward what
+				// the server admits.
+				l.pacedSuccess(t)
+			}
 		}
 		return trs
 	}
@@ -271,8 +291,11 @@ func (s *Set) Heard(k Key, o Outcome) (*Lane, Transitions) {
 // among those sent (Lane.sent), so its outcome is counted too.
 func (l *Lane) doneSlow(t Ticket, o Outcome, counted bool) Transitions {
 	var trs Transitions
+	if t.has(holdFlag) {
+		trs = l.heldTested(time.Now(), o)
+	}
 	if o.holds() {
-		trs = l.holdFor(o, time.Now().Add(o.Wait))
+		trs.merge(l.holdFor(o, time.Now().Add(o.Wait)))
 	}
 	switch {
 	case o.Kind == Success:
@@ -301,6 +324,11 @@ func (l *Lane) doneSlow(t Ticket, o Outcome, counted bool) Transitions {
 	}
 	if kind == Success {
 		l.pacedSuccess(t)
+	}
+	if counted && l.word.Load()&coldBit != 0 {
+		// Last: the pace, the hold and the circuit this answer set may end
+		// the young phase, rather than let two more go.
+		l.coldAnswer()
 	}
 	return trs
 }
@@ -415,7 +443,7 @@ func (l *Lane) idle(now time.Time) bool {
 	defer l.mu.Unlock()
 	w := l.word.Load()
 	if l.probes != 0 || l.sleepers != 0 || l.isolated || (w&heldBit != 0 && now.Before(l.holdUntil)) || l.routeHeldLocked(now) ||
-		l.queue.len() != 0 || l.rec != nil || l.testing {
+		l.queue.len() != 0 || l.cold.len() != 0 || l.rec != nil || l.testing {
 		return false
 	}
 	if p := l.pace.Load(); p != nil && !p.free(now) {

@@ -120,6 +120,13 @@ func (p *pacer) quotaOnLocked(now time.Time) bool {
 	return p.quota > 0 && now.Before(p.quotaUntil)
 }
 
+// quotaOn is quotaOnLocked for a caller that does not hold mu.
+func (p *pacer) quotaOn(now time.Time) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.quotaOnLocked(now)
+}
+
 // setRateLocked brings the bucket to the rate at now. While a quota is
 // advertised, the burst is what the server has left, so that a key with
 // plenty of quota sends a short batch at once, not paced to a trickle
@@ -401,6 +408,24 @@ func (p *pacer) throttle(now, from time.Time, gen uint64) {
 	// Retry-After put on the key, if any.
 	p.cutAt = later(now, from)
 	p.setRateLocked(now)
+}
+
+// unhold restarts the curve at now when the hold a throttle came with
+// was refuted (see proof): the server admits again, so the curve is not
+// kept waiting for the hold's end, and it is CUBIC's, as after a throttle
+// without one (the flat curve is a window limiter's, and this is none).
+func (p *pacer) unhold(now time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.cutAt.After(now) {
+		return
+	}
+	p.cutAt, p.flat, p.sawTo = now, false, now
+	if p.timer != nil && p.timer.Stop() {
+		p.timer = nil
+	}
+	p.setRateLocked(now)
+	p.scheduleLocked(now)
 }
 
 // refute drops the advertised quota at now, when the server was seen to

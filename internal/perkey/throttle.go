@@ -37,6 +37,45 @@ type Advert struct {
 	Policies  [header.MaxPolicies]Policy
 	N         int
 	seq       uint64 // the answer's number among those checked (see evidence)
+	guess     bool   // a policy with nothing left does not state its window (see guessedEmpty)
+	stated    bool   // a policy states its window (see statesWindow)
+}
+
+// windowEnd returns the earliest reset, on the server's clock, of the
+// policies a advertised; the zero time for none (see Policy.ServerReset).
+func (a *Advert) windowEnd() time.Time {
+	var end time.Time
+	for _, p := range a.Policies[:a.N] {
+		if !p.ServerReset.IsZero() && (end.IsZero() || p.ServerReset.Before(end)) {
+			end = p.ServerReset
+		}
+	}
+	return end
+}
+
+// statesWindow reports a policy that states its window or refills: the
+// server's own statement of its rate. Called before learnWindows.
+func statesWindow(qs *header.Quotas) bool {
+	for _, q := range qs.Policies() {
+		if q.Limit > 0 && (q.Window > 0 || q.Refill) {
+			return true
+		}
+	}
+	return false
+}
+
+// guessedEmpty reports a policy with nothing left whose window the server
+// did not state: its hold is read from field names, a hypothesis its test
+// checks (see proof). A policy that states its window (IETF's w,
+// tollbooth's X-Rate-Limit-Duration), or says it refills, is the server's
+// own statement. Called before learnWindows fills the windows in.
+func guessedEmpty(qs *header.Quotas) bool {
+	for _, q := range qs.Policies() {
+		if q.Remaining == 0 && q.Reset > 0 && q.Window == 0 && !q.Refill {
+			return true
+		}
+	}
+	return false
 }
 
 // quotaHold is how long past its window's reset an advertised rate is
@@ -65,6 +104,7 @@ func (l *Lane) Advertise(now time.Time, qs *header.Quotas, mayHold, served bool)
 	if refuted {
 		l.seen.refutedAt = seq
 	}
+	guess, stated := guessedEmpty(qs), statesWindow(qs)
 	learnWindows(qs, l.adv)
 	l.mu.Unlock()
 	if refuted {
@@ -72,7 +112,7 @@ func (l *Lane) Advertise(now time.Time, qs *header.Quotas, mayHold, served bool)
 			p.refute(now)
 		}
 	}
-	a := Advert{At: now, N: qs.Len(), seq: seq}
+	a := Advert{At: now, N: qs.Len(), seq: seq, guess: guess, stated: stated}
 	if rate, burst, ok := qs.Rate(); ok {
 		a.Rate, a.Left = quotaShare*rate, burst
 	}
@@ -109,7 +149,14 @@ func (l *Lane) advertise(a Advert) Transitions {
 	l.advertises.Store(true)
 	var trs Transitions
 	if !a.HoldUntil.IsZero() && a.HoldUntil.After(a.At) {
-		trs = l.Hold(a.HoldUntil)
+		if a.guess {
+			trs = l.holdAsked(a.At, a.HoldUntil)
+		} else {
+			// A policy that states its window is the server's count.
+			l.mu.Lock()
+			trs = l.holdLocked(a.At, a.HoldUntil)
+			l.mu.Unlock()
+		}
 	}
 	if a.Rate > 0 && a.Rate < unpaceAt {
 		// A rate past unpaceAt limits nothing a pacer would.
@@ -325,6 +372,15 @@ func (e *evidence) check(qs *header.Quotas, served bool) (refuted bool) {
 		}
 	}
 	return refuted
+}
+
+// refuteAll refutes every policy counted: a hold one asked for was seen
+// to admit (see proof). An advert read before now is not applied.
+func (e *evidence) refuteAll() {
+	for i := range e.windows[:e.n] {
+		e.windows[i].refuted = true
+	}
+	e.refutedAt = e.checks
 }
 
 // find returns the index of the window of the policy (partition, limit),
