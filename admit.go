@@ -78,6 +78,10 @@ func (r *retrier) admitSlow(trs perkey.Transitions, err error) error {
 			r.t.stats.held.Add(1)
 			dl, _ := r.req.Context().Deadline()
 			patience := r.s.maxRetryAfter + r.s.retryAfterSpread
+			if r.s.maxWait <= 0 {
+				// WithMaxWait(0): RetryAt tells the caller's queue when.
+				patience = min(patience, noWaitDelay)
+			}
 			waited, spread, ok, serr := r.lane.HeldWait(r.req.Context(), e, held, patience, dl)
 			if !ok {
 				return &heldError{until: e.Until}

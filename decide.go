@@ -21,6 +21,8 @@ type facts struct {
 	replayable   bool   // the body can be sent again
 	circuitOpen  bool   // the key's circuit is open now
 	mayWait      bool   // the request may wait for its key to recover (WithMaxWait)
+	waitsNot     bool   // WithMaxWait(0): the caller's own queue waits, not the transport
+	asked        bool   // delay is the server's: a Retry-After asked for it
 	delay        time.Duration
 	now          time.Time
 	deadline     time.Time // the context's; zero if it has none
@@ -116,13 +118,17 @@ func decide(f facts) (next, Reason) {
 		// queue): no retry would be let through, so none is scheduled
 		// and no token spent.
 		return stop, ReasonCircuitOpen
-	case f.deadline.IsZero() || f.now.Add(f.delay).Before(f.deadline):
-		// Every check passed, and the retry can be sent before the
-		// caller's deadline.
-		return retryAfter, ReasonNone
+	case !f.deadline.IsZero() && !f.now.Add(f.delay).Before(f.deadline):
+		// Sleeping would outlive the caller's deadline: return now.
+		return stop, ReasonDeadline
+	case f.waitsNot && f.asked && f.delay > noWaitDelay:
+		// The caller keeps its own queue: the answer goes back now, and
+		// RetryAt says when the server asked to be tried again.
+		return stop, ReasonRetryAfter
 	}
-	// Sleeping would outlive the caller's deadline: return now.
-	return stop, ReasonDeadline
+	// Every check passed, and the retry can be sent before the caller's
+	// deadline.
+	return retryAfter, ReasonNone
 }
 
 // DefaultRetryIf is the default test of WithRetryIf. It retries transport
@@ -407,6 +413,8 @@ func (r *retrier) facts(v verdict) facts {
 		replayable:   r.body.Replayable(),
 		circuitOpen:  r.lane != nil && r.lane.IsOpen(),
 		mayWait:      r.maxWaitLeft() > 0,
+		waitsNot:     r.s.maxWait <= 0,
+		asked:        r.fail.wait.OK,
 		now:          time.Now(),
 	}
 	f.deadline, _ = r.req.Context().Deadline()
@@ -431,6 +439,14 @@ func (r *retrier) keyFailing() bool {
 func (r *retrier) mayBeFailing() bool {
 	return r.t.breaker == nil || r.lane == nil || r.keyFailing()
 }
+
+// noWaitDelay is the longest a request of WithMaxWait(0) sleeps on its
+// own behalf for a wait a server asked (a Retry-After, a hold): the
+// caller keeps its own queue and asks RetryAt when to send the request
+// again, and a worker held for a server's wait of seconds serves nothing
+// meanwhile. The policy's own delays are slept as drawn (at most 0.8 s
+// each under the default policy).
+const noWaitDelay = time.Second
 
 // rideOutAttempts is how many attempts past WithMaxAttempts a request
 // may make to ride out a young failure of its key: with the default 4,

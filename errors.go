@@ -46,8 +46,10 @@ const (
 	// ReasonConcurrencyLimit: the key had as many attempts in flight as
 	// WithConcurrencyLimit allows, which refuses the rest.
 	ReasonConcurrencyLimit
-	// ReasonRetryAfter (from RetryAt): the server asked for the wait, with
-	// Retry-After or Retry-After-Ms.
+	// ReasonRetryAfter: the server asked for the wait, with Retry-After or
+	// Retry-After-Ms. From RetryAt, the instant it named; as the reason a
+	// request stopped, a wait longer than a request of WithMaxWait(0)
+	// sleeps on its own behalf.
 	ReasonRetryAfter
 	// ReasonPaced (from RetryAt): the key's send rate, cut after it
 	// throttled, lets the request go about then; a request sent earlier

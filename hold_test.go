@@ -572,3 +572,82 @@ func TestShortHoldIsTested(t *testing.T) {
 		})
 	}
 }
+
+// RetryAt's "never": an answer retrying cannot change (a 400, 401 or 404,
+// a certificate error) gives ReasonNotRetryable, which a dispatcher can
+// switch on rather than requeue it for ever. Its instant is bounded: a
+// broken Retry-After of 99999999999 s is at most the failing horizon
+// ahead, or at most maxRetryAt without one.
+func TestRetryAtNeverAndBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, status := range []int{400, 401, 404} {
+			tr := New(newNext(reply{status: status}))
+			resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+			require.NoError(t, err)
+			readBody(t, resp)
+			at, why := tr.RetryAt(resp, nil)
+			assert.True(t, at.IsZero())
+			assert.Equal(t, ReasonNotRetryable, why, "%d: never", status)
+		}
+		at, why := newT(newNext()).RetryAt(nil, &Error{Reason: ReasonNotRetryable, key: hostKey{Host: "h"}})
+		assert.True(t, at.IsZero())
+		assert.Equal(t, ReasonNotRetryable, why, "an error retrying cannot mend")
+
+		broken := http.Header{"Retry-After": {"99999999999"}}
+		for _, c := range []struct {
+			opts  []Option
+			limit time.Duration
+		}{
+			{[]Option{WithMaxWait(0), WithFailingHorizon(72 * time.Hour)}, 72 * time.Hour},
+			{[]Option{WithMaxWait(0)}, maxRetryAt},
+		} {
+			tr := New(newNext(reply{status: 503, header: broken}), append(c.opts, WithMaxAttempts(1))...)
+			resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+			require.NoError(t, err)
+			readBody(t, resp)
+			at, why := tr.RetryAt(resp, nil)
+			assert.Equal(t, ReasonRetryAfter, why)
+			assert.LessOrEqual(t, time.Until(at), c.limit, "bounded")
+			assert.Greater(t, time.Until(at), c.limit/2, "the server's wait, as far as the bound allows")
+		}
+	})
+}
+
+// WithMaxWait(0) waits for nothing on the request's behalf: a keyed POST
+// answered 503 with Retry-After: 7 comes back at once with that answer,
+// and RetryAt says when (about 7 s ahead); the next request to the route
+// the answer held comes back at once too, held. A short Retry-After is
+// still slept in the request.
+func TestNoWaitHandsBackServerWaits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		next := newNext(reply{status: 503, header: http.Header{"Retry-After": {"7"}}})
+		tr := New(next, WithMaxWait(0))
+		post := func() (*http.Response, error) {
+			req := newReq(t.Context(), http.MethodPost, strings.NewReader("order"))
+			req.Header.Set("Idempotency-Key", "k1")
+			return tr.RoundTrip(req)
+		}
+		start := time.Now()
+		resp, err := post()
+		require.NoError(t, err)
+		readBody(t, resp)
+		assert.Equal(t, 503, resp.StatusCode)
+		assert.Zero(t, time.Since(start), "handed back at once")
+		assert.Equal(t, 1, next.calls())
+		at, why := tr.RetryAt(resp, nil)
+		assert.Contains(t, []Reason{ReasonRetryAfter, ReasonHeld}, why)
+		assert.GreaterOrEqual(t, time.Until(at), 7*time.Second)
+		assert.LessOrEqual(t, time.Until(at), 8*time.Second)
+
+		_, err = post()
+		require.ErrorIs(t, err, ErrHeld, "the route is held: back at once")
+		assert.Zero(t, time.Since(start))
+		assert.Equal(t, 1, next.calls())
+
+		short := newNext(reply{status: 503, header: http.Header{"Retry-After": {"1"}}}, reply{status: 200})
+		resp, err = New(short, WithMaxWait(0)).RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+		require.NoError(t, err)
+		readBody(t, resp)
+		assert.Equal(t, 200, resp.StatusCode, "a wait of a second is slept")
+	})
+}

@@ -211,7 +211,8 @@ func TestHooksAttemptEvents(t *testing.T) {
 		tr := newHookTransport(next, &log,
 			WithMaxAttempts(5),
 			WithPolicy(Exponential{Base: 100 * time.Millisecond}),
-			WithMaxRetryAfter(7*time.Second))
+			WithMaxRetryAfter(7*time.Second),
+			WithMaxWait(time.Minute)) // it sleeps the server's waits itself
 		req := hookReq(t.Context(), &log, http.MethodGet, "http://host/", nil)
 
 		start := time.Now()
@@ -365,9 +366,11 @@ func TestHooksGiveUpReasons(t *testing.T) {
 			}},
 		},
 		{
-			// Cancelled 1 s into a 10 s wait.
+			// Cancelled 1 s into a 10 s wait (a request that may wait:
+			// WithMaxWait(0) would hand it back at once).
 			name:  "context_done",
 			steps: []hookStep{{status: 503, retryAfter: "10"}},
+			opts:  []Option{WithMaxWait(time.Minute)},
 			ctx: func(ctx context.Context) (context.Context, context.CancelFunc) {
 				ctx, cancel := context.WithCancel(ctx)
 				time.AfterFunc(time.Second, cancel)
@@ -508,12 +511,12 @@ func TestHooksCircuitChange(t *testing.T) {
 func TestHooksCircuitOpenWakesSleeper(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		next := newHookFake(map[string][]hookStep{
-			"/a": {{status: 503, retryAfter: "4"}}, // shorter than a hold
+			"/a": {{status: 503}},
 			"/b": {{status: 503}},
 		})
 		start := time.Now()
 		br := NewBreaker(BreakerConfig{Span: time.Second, MinFailures: 1, OpenJitter: -1})
-		tr := New(next, WithBudget(nil), WithBreaker(br), WithRetryAfterSpread(0), WithMaxWait(0))
+		tr := New(next, WithBudget(nil), WithBreaker(br), WithPolicy(Exponential{Base: 4 * time.Second}), WithMaxWait(0))
 		var logA, logB hookLog
 
 		reqA := hookReq(t.Context(), &logA, http.MethodGet, "http://host/a", nil)
@@ -549,7 +552,7 @@ func TestHooksCircuitOpenWakesSleeper(t *testing.T) {
 		assert.Equal(t, []hookEvent{
 			{"request", AttemptStartInfo{Attempt: 1}},
 			{"request", AttemptDoneInfo{Attempt: 1, Status: 503}},
-			{"request", RetryInfo{Retry: 1, Delay: 4 * time.Second, RetryAfter: true}},
+			{"request", RetryInfo{Retry: 1, Delay: 4 * time.Second}},
 			{"request", GiveUpInfo{Attempts: 1, Reason: ReasonCircuitOpen, Err: wantErr}},
 		}, logA.take(t, reqA), "A")
 		assert.Equal(t, []hookEvent{

@@ -270,8 +270,12 @@ func WithAdaptiveRate(statuses ...int) RequestOption {
 // without waiting (the last response, or an Error with the reason), and
 // GiveUpInfo and Error say how long it waited.
 //
-// 0 refuses at once, as a dispatcher with its own queue wants: it turns
-// the request back and asks RetryAt when to send it again.
+// 0 waits for nothing on the request's behalf, as a dispatcher with its
+// own queue wants: a refusal of the budget or the circuit comes back at
+// once, and so does a wait a server asked for longer than 1 s (a
+// Retry-After, with ReasonRetryAfter; a hold, with ReasonHeld); the
+// caller asks RetryAt when to send the request again. The policy's own
+// delays are slept as drawn (at most 0.8 s each under the default).
 func WithMaxWait(d time.Duration) RequestOption {
 	nonNegative("WithMaxWait", d)
 	return newRequestOption("WithMaxWait", func(s *settings) { s.maxWait = d })

@@ -50,15 +50,15 @@ func TestStatsCounters(t *testing.T) {
 			"/cert":     {{err: x509.UnknownAuthorityError{}}},
 			"/used":     {{status: 503}},
 			"/put":      {{status: 503}},
-			"/deadline": {{status: 503, retryAfter: "3"}},
-			"/cancel":   {{status: 503, retryAfter: "3"}},
+			"/deadline": {{status: 503, retryAfter: "1"}},
+			"/cancel":   {{status: 503, retryAfter: "1"}},
 			"/trip":     {{status: 503}},
 		})
 		tr := New(next,
 			WithBudget(NewBudget(BudgetConfig{Ratio: 1, MinPerSecond: -1})),
 			WithBreaker(NewBreaker(BreakerConfig{Span: time.Minute, MinFailures: 1, OpenFor: time.Hour, OpenJitter: -1})),
 			WithPolicy(immediate{}),
-			WithMaxRetryAfter(5*time.Second),
+			WithMaxRetryAfter(time.Second),
 			WithRetryAfterSpread(0),
 			WithMaxWait(0), // a refusal is counted as one, not waited out
 		)
@@ -67,7 +67,7 @@ func TestStatsCounters(t *testing.T) {
 			{name: "ok", method: "GET", url: "http://a.test/ok", wantStatus: 200},
 			// tokens 2, then 1: one retry after a Retry-After of 1 s.
 			{name: "retry_after", method: "GET", url: "http://a.test/ra", wantStatus: 200},
-			// tokens 2: retry 1 after 3600 s clamped to 5 s (1 left),
+			// tokens 2: retry 1 after 3600 s clamped to 1 s (1 left),
 			// retry 2 at once (0 left), retry 3 denied.
 			{name: "budget", method: "GET", url: "http://a.test/budget", wantStatus: 503, wantReason: ReasonBudgetExhausted},
 			// tokens 1.
@@ -80,16 +80,16 @@ func TestStatsCounters(t *testing.T) {
 			{name: "used", method: "GET", url: "http://a.test/used", wantStatus: 503, wantReason: ReasonAttemptsUsed},
 			// tokens 2.
 			{name: "put", method: "PUT", url: "http://a.test/put", body: io.NopCloser(strings.NewReader("x")), wantStatus: 503, wantReason: ReasonBodyNotReplayable},
-			// tokens 3: a Retry-After of 3 s does not fit in 1 s.
+			// tokens 3: a Retry-After of 1 s does not fit in 0.5 s.
 			{name: "deadline", method: "GET", url: "http://a.test/deadline", wantStatus: 503, wantReason: ReasonDeadline,
 				ctx: func(ctx context.Context) (context.Context, context.CancelFunc) {
-					return context.WithTimeout(ctx, time.Second)
+					return context.WithTimeout(ctx, 500*time.Millisecond)
 				}},
-			// tokens 4, then 3: cancelled 1 s into the 3 s wait.
+			// tokens 4, then 3: cancelled 0.5 s into the 1 s wait.
 			{name: "cancel", method: "GET", url: "http://a.test/cancel", wantReason: ReasonContextDone,
 				ctx: func(ctx context.Context) (context.Context, context.CancelFunc) {
 					ctx, cancel := context.WithCancel(ctx)
-					time.AfterFunc(time.Second, cancel)
+					time.AfterFunc(500*time.Millisecond, cancel)
 					return ctx, cancel
 				}},
 			// tokens 4. c.test's failure period starts.
@@ -167,13 +167,13 @@ func TestStatsCounters(t *testing.T) {
 			retry int
 			d     time.Duration
 		}{
-			{1, time.Second},     // ra
-			{1, 5 * time.Second}, // budget, clamped
-			{2, 0},               // budget
-			{1, 0},               // used
-			{2, 0},               // used
-			{3, 0},               // used
-			{1, 3 * time.Second}, // cancel
+			{1, time.Second}, // ra
+			{1, time.Second}, // budget, clamped
+			{2, 0},           // budget
+			{1, 0},           // used
+			{2, 0},           // used
+			{3, 0},           // used
+			{1, time.Second}, // cancel
 		} {
 			h := &want[d.retry-1]
 			h.Count++

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"math"
 	"net/http"
 	"time"
 
@@ -57,14 +56,46 @@ func (r *retrier) keep(resp *http.Response) {
 // default), as a retry that had waited its whole sequence would be, into
 // the part of that window where the fewest callers of the key are already
 // due: callers turned back at different times come back evenly, not piled
-// where their windows overlap. A success,
-// an answer that is not a failure, and an error nothing explains give the
-// zero time and ReasonNone: retry at once, or not at all, as the caller's
-// own policy says. An isolated key gives the zero time and ReasonCircuitOpen:
-// no instant is known. A 410 Gone, and a failure of a key that has been
-// failing for longer than WithFailingHorizon, give the zero time and
-// ReasonGone: give the request up (a dispatcher disables the endpoint).
+// where their windows overlap. The instant is at most the failing horizon
+// ahead (WithFailingHorizon), or maxRetryAt (24 h) without one, so that a
+// broken or hostile Retry-After cannot park a request for years.
+//
+// An answer that retrying cannot change gives the zero time and
+// ReasonNotRetryable: never send it again as it is. That is a response of
+// 400 or above that WithRetryIf does not retry (a 400, 401 or 404 under
+// the default), and an Error that stopped for that reason (a certificate
+// error, say). A 410 Gone, and a failure of a key that has been failing
+// for longer than WithFailingHorizon, give the zero time and ReasonGone:
+// give the request up (a dispatcher disables the endpoint). A success, an
+// answer below 400 and an error nothing explains give the zero time and
+// ReasonNone: retry at once, or not at all, as the caller's own policy
+// says. An isolated key gives the zero time and ReasonCircuitOpen: no
+// instant is known.
 func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Reason) {
+	at, why := t.retryAt(resp, err)
+	if limit := t.retryAtLimit(); !at.IsZero() && time.Until(at) > limit {
+		at = time.Now().Add(limit)
+	}
+	return at, why
+}
+
+// maxRetryAt bounds how far ahead RetryAt sends a request without a
+// failing horizon: a day, about the span of the retry schedules webhook
+// senders keep for one delivery (Stripe's retries run for three days,
+// Standard Webhooks' suggested schedule for a day and a half).
+const maxRetryAt = 24 * time.Hour
+
+// retryAtLimit returns how far ahead RetryAt's instant may be: the failing
+// horizon, or maxRetryAt without one.
+func (t *Transport) retryAtLimit() time.Duration {
+	if t.horizon > 0 {
+		return t.horizon
+	}
+	return maxRetryAt
+}
+
+// retryAt is RetryAt before its instant is bounded.
+func (t *Transport) retryAt(resp *http.Response, err error) (time.Time, Reason) {
 	var (
 		k     hostKey
 		limit bool // the budget may be why: a failure handed back at once
@@ -76,19 +107,28 @@ func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Reason) 
 	case resp != nil && resp.StatusCode == http.StatusGone:
 		return time.Time{}, ReasonGone
 	case resp != nil:
-		if resp.Request == nil || resp.Request.URL == nil || !t.s.retryIf(resp, nil) {
+		if resp.Request == nil || resp.Request.URL == nil {
+			return time.Time{}, ReasonNone
+		}
+		if !t.s.retryIf(resp, nil) {
+			if resp.StatusCode >= 400 {
+				return time.Time{}, ReasonNotRetryable
+			}
 			return time.Time{}, ReasonNone
 		}
 		k = t.requestKey(resp.Request)
 		if resp.Header.Get(LocalHeader) == "" {
-			if w := header.RetryAfter(resp.Header, now, math.MaxInt64); w.OK {
+			if w := header.RetryAfter(resp.Header, now, t.retryAtLimit()); w.OK {
 				at, why = now.Add(w.WithSpread(t.s.retryAfterSpread)), ReasonRetryAfter
 			}
 		}
 		limit = true
 	default:
 		var e *Error
-		if !errors.As(err, &e) || e.key == (hostKey{}) {
+		if errors.As(err, &e) && e.Reason == ReasonNotRetryable {
+			return time.Time{}, ReasonNotRetryable
+		}
+		if e == nil || e.key == (hostKey{}) {
 			return time.Time{}, ReasonNone
 		}
 		k = e.key
