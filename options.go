@@ -191,8 +191,14 @@ func WithRetryIf(f func(*http.Response, error) bool) RequestOption {
 }
 
 // WithIdempotentIf sets which requests may be sent more than once. nil means
-// DefaultIdempotentIf. f must not modify the request. For one request, mark
-// it either way through its context:
+// DefaultIdempotentIf. f must not modify the request. It is a rule of
+// safety, not a choice of what to retry: it decides only for attempts
+// that reached the server, or may have. An attempt that provably never
+// did (its connection refused, its name not found, its TLS handshake
+// failed) is retried whatever f says, as sending it again cannot apply it
+// twice. To retry only some requests at all, give the others one attempt
+// (WithMaxAttempts(1) in their context). For one request, mark it either
+// way through its context:
 //
 //	always := func(*http.Request) bool { return true }
 //	ctx = retryhttp.ContextWithOptions(ctx, retryhttp.WithIdempotentIf(always))

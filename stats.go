@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/bits"
+	"strconv"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -78,6 +79,20 @@ type DelayHistogram struct {
 	// (Bounds[-1] being 0). The bounds are the same for every histogram:
 	// see DelayBucketBounds.
 	Counts []uint64
+}
+
+// String returns the histogram in a few words, such as "retry 1: 12
+// delays, mean 97ms" or "retry 2: no delays", so that Stats prints readably with %v; the buckets
+// are in Counts.
+func (h DelayHistogram) String() string {
+	if h.Count == 0 {
+		return "retry " + strconv.Itoa(h.Retry) + ": no delays"
+	}
+	n := " delays, mean "
+	if h.Count == 1 {
+		n = " delay, mean "
+	}
+	return "retry " + strconv.Itoa(h.Retry) + ": " + strconv.FormatUint(h.Count, 10) + n + (h.Sum / time.Duration(h.Count)).String()
 }
 
 // Histogram layout: one bucket for [0, 1 ms), then each octave

@@ -3,6 +3,7 @@ package retryhttp
 import (
 	"context"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -462,4 +463,19 @@ func sendGET(t *testing.T, rt http.RoundTripper, rawURL string) {
 		return
 	}
 	resp.Body.Close()
+}
+
+// Stats prints readably: each delay histogram as its count and mean, not
+// as its buckets.
+func TestStatsPrints(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tr := newT(newNext(reply{status: 503}, reply{status: 200}), WithPolicy(Exponential{Base: 100 * time.Millisecond}))
+		resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
+		require.NoError(t, err)
+		readBody(t, resp)
+		out := fmt.Sprintf("%+v", tr.Stats())
+		assert.Contains(t, out, "retry 1: 1 delay, mean 100ms")
+		assert.Contains(t, out, "retry 2: no delays")
+		assert.Less(t, len(out), 2000, "no bucket arrays: %s", out)
+	})
 }

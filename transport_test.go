@@ -985,3 +985,32 @@ func TestTransportZeroValue(t *testing.T) {
 	require.ErrorContains(t, err, "retryhttp.New")
 	require.Equal(t, int32(1), body.closed.Load(), "the request body is closed")
 }
+
+// WithIdempotentIf is a rule of safety: a PUT it rejects is not sent
+// again once it reached the server, but one whose connection was refused
+// never did, and is retried; WithMaxAttempts(1) in its context is how a
+// caller keeps a request from being retried at all.
+func TestIdempotentIfDecidesOnlyWhatReached(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		getOnly := WithIdempotentIf(func(r *http.Request) bool { return r.Method == http.MethodGet })
+		refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+
+		next := newNext(reply{status: 503})
+		resp, err := newT(next, getOnly).RoundTrip(newReq(t.Context(), http.MethodPut, strings.NewReader("x")))
+		require.NoError(t, err)
+		readBody(t, resp)
+		assert.Equal(t, 1, next.calls(), "a PUT that reached the server is not sent again")
+
+		next = newNext(reply{err: refused}, reply{status: 200})
+		resp, err = newT(next, getOnly).RoundTrip(newReq(t.Context(), http.MethodPut, strings.NewReader("x")))
+		require.NoError(t, err)
+		readBody(t, resp)
+		assert.Equal(t, 2, next.calls(), "a refused dial never reached it: retried")
+
+		next = newNext(reply{err: refused})
+		ctx := ContextWithOptions(t.Context(), WithMaxAttempts(1))
+		_, err = newT(next, getOnly).RoundTrip(newReq(ctx, http.MethodPut, strings.NewReader("x")))
+		require.Error(t, err)
+		assert.Equal(t, 1, next.calls(), "one attempt: not retried at all")
+	})
+}
