@@ -124,34 +124,31 @@ func (l *Lane) heldTested(now time.Time, o Outcome) Transitions {
 		if l.holdRefusals++; l.holdRefusals >= holdProofs {
 			l.holdProof = holdProven
 		}
-	case o.Kind == Success && !l.holdWindow.IsZero() && !l.adv.windowEnd().Equal(l.holdWindow):
-		// Admitted in a window the server counts anew (its reset, on the
-		// server's clock, has moved): the window the hold waited for has
-		// reset, sooner than a reset read in whole seconds said. Nothing
-		// is refuted; the hold is over.
-		if l.word.Load()&heldBit != 0 && l.holdUntil.Sub(now) < holdThreshold {
-			trs.add(l.unholdLocked())
-		}
-		l.mu.Unlock()
-		l.wakeBack()
-		return trs
 	case o.Kind == Success:
-		l.holdProof = holdRefuted
+		// The hold is over, if it is still the short one tested.
 		if l.word.Load()&heldBit != 0 && l.holdUntil.Sub(now) < holdThreshold {
 			trs.add(l.unholdLocked())
 		}
-		// The policies read from field names go too, whichever asked for
-		// the hold: read as a window, they say the server admits nothing
-		// until the window resets, and it did. A policy that states its
-		// window stays, and the next answer paces the key by it alone.
-		// Without one, a key paced by what it read has its rate found
-		// from what the server admits (pacer.refute).
+		// Admitted in a window the server counts anew (its reset, on the
+		// server's clock, has moved), the window the hold waited for has
+		// reset, sooner than a reset read in whole seconds said: nothing
+		// is refuted. Otherwise the key's short holds are, and the
+		// policies read from field names go too, whichever asked for the
+		// hold: read as a window, they say the server admits nothing until
+		// the window resets, and it did. A policy that states its window
+		// stays, and the next answer paces the key by it alone. Without
+		// one, a key paced by what it read has its rate found from what
+		// the server admits (pacer.refute).
+		refuted := l.holdWindow.IsZero() || l.adv.windowEnd().Equal(l.holdWindow)
 		stated := l.adv.stated
-		l.seen.refuteAll()
+		if refuted {
+			l.holdProof = holdRefuted
+			l.seen.refuteAll()
+		}
 		l.mu.Unlock()
 		if p := l.pace.Load(); p != nil {
 			p.unhold(now)
-			if !stated && p.quotaOn(now) {
+			if refuted && !stated && p.quotaOn(now) {
 				p.refute(now)
 			}
 		}

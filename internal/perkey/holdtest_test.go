@@ -275,3 +275,34 @@ func TestHoldTestAcrossAWindowsReset(t *testing.T) {
 		assert.False(t, he.Test.IsZero(), "and its next hold is tested")
 	})
 }
+
+// A 429's hold that a new window ends restarts the send rate it cut, as a
+// refuted hold does: the rate's curve would otherwise wait for the end of
+// the hold it was cut with.
+func TestHoldEndedByANewWindowFreesThePace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := NewSet(defaults()).Lane(Key{Host: "window"})
+		date := time.Now().Truncate(time.Second)
+		reset := strconv.FormatInt(date.Add(time.Second).Unix(), 10)
+		evAdvertise(l, evHeader(date, 100, 0, reset), false) // the 429's headers
+		l.Done(Ticket{}, tooMany(time.Second))               // held 1 s, the rate cut until then
+		require.True(t, l.Paced())
+		he, _ := heldErr(t, l)
+		require.NotNil(t, he)
+		time.Sleep(time.Until(he.Test))
+		he, tk := heldErr(t, l)
+		require.Nil(t, he)
+		next := strconv.FormatInt(date.Add(2*time.Second).Unix(), 10)
+		evAdvertise(l, evHeader(date.Add(time.Second), 100, 99, next), true)
+		l.Done(tk, Outcome{Kind: Success})
+		require.Nil(t, heldAt(l))
+		start := time.Now()
+		for range 3 {
+			tk, _, err := l.Admit(context.Background(), Limits{})
+			require.NoError(t, err)
+			l.Done(tk, Outcome{Kind: Success})
+		}
+		// Slow start from now: 10/s, doubling every 200 ms.
+		assert.Less(t, time.Since(start), 300*time.Millisecond, "paced from now, not from the hold's end")
+	})
+}
