@@ -259,18 +259,11 @@ func TestHoldTestAcrossAWindowsReset(t *testing.T) {
 		date := time.Now().Truncate(time.Second)
 		reset := strconv.FormatInt(date.Add(time.Second).Unix(), 10)
 		evAdvertise(l, evHeader(date, 100, 0, reset), true)
-		he, _ := heldErr(t, l)
-		require.NotNil(t, he)
-		time.Sleep(time.Until(he.Test))
-		he, tk := heldErr(t, l)
-		require.Nil(t, he)
-		next := strconv.FormatInt(date.Add(2*time.Second).Unix(), 10)
-		evAdvertise(l, evHeader(date.Add(time.Second), 100, 99, next), true) // the test's answer: a new window
-		l.Done(tk, Outcome{Kind: Success})
+		next := testInANewWindow(t, l, date)
 		assert.Nil(t, heldAt(l), "the hold is over")
 		a := evAdvertise(l, evHeader(date.Add(time.Second), 100, 0, next), true)
 		assert.False(t, a.HoldUntil.IsZero(), "not refuted: the policy still holds the key")
-		he, _ = heldErr(t, l)
+		he, _ := heldErr(t, l)
 		require.NotNil(t, he)
 		assert.False(t, he.Test.IsZero(), "and its next hold is tested")
 	})
@@ -287,14 +280,7 @@ func TestHoldEndedByANewWindowFreesThePace(t *testing.T) {
 		evAdvertise(l, evHeader(date, 100, 0, reset), false) // the 429's headers
 		l.Done(Ticket{}, tooMany(time.Second))               // held 1 s, the rate cut until then
 		require.True(t, l.Paced())
-		he, _ := heldErr(t, l)
-		require.NotNil(t, he)
-		time.Sleep(time.Until(he.Test))
-		he, tk := heldErr(t, l)
-		require.Nil(t, he)
-		next := strconv.FormatInt(date.Add(2*time.Second).Unix(), 10)
-		evAdvertise(l, evHeader(date.Add(time.Second), 100, 99, next), true)
-		l.Done(tk, Outcome{Kind: Success})
+		testInANewWindow(t, l, date)
 		require.Nil(t, heldAt(l))
 		start := time.Now()
 		for range 3 {
@@ -305,4 +291,21 @@ func TestHoldEndedByANewWindowFreesThePace(t *testing.T) {
 		// Slow start from now: 10/s, doubling every 200 ms.
 		assert.Less(t, time.Since(start), 300*time.Millisecond, "paced from now, not from the hold's end")
 	})
+}
+
+// testInANewWindow waits for the test of l's hold, in the window that
+// ends a second after date, and answers it 200 in the next window: the
+// reset it returns, a Unix time, is that window's end.
+func testInANewWindow(t *testing.T, l *Lane, date time.Time) (next string) {
+	t.Helper()
+	he, _ := heldErr(t, l)
+	require.NotNil(t, he)
+	time.Sleep(time.Until(he.Test))
+	he, tk := heldErr(t, l)
+	require.Nil(t, he)
+	require.True(t, tk.has(holdFlag))
+	next = strconv.FormatInt(date.Add(2*time.Second).Unix(), 10)
+	evAdvertise(l, evHeader(date.Add(time.Second), 100, 99, next), true)
+	l.Done(tk, Outcome{Kind: Success})
+	return next
 }
