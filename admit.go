@@ -41,6 +41,7 @@ func (r *retrier) admit() error {
 // limits returns what the request's admission is bound by.
 func (r *retrier) limits() perkey.Limits {
 	lim := r.s.inFlight
+	lim.RefuseInFlight = r.s.maxWait == 0 // waits for nothing: not for a place either
 	lim.Queue = r.s.maxWait > r.waits.total
 	if r.lane.RoutesHeld() {
 		// Only then does the admission look at the route: the success
@@ -108,7 +109,7 @@ func (r *retrier) admitSlow(trs perkey.Transitions, err error) error {
 			if err == perkey.ErrTurn {
 				// Not a refusal: the key has just recovered, and this
 				// request waits its turn behind those that waited for it.
-				why = ReasonNone
+				why = reasonNone
 			}
 			cause := r.refused(err)
 			trs, err = r.waitFor(why, r.lane.Wait)
@@ -139,7 +140,7 @@ func (r *retrier) refused(err error) error {
 		r.t.stats.circuitRejected.Add(1)
 		return errIsolated
 	case perkey.ErrSlots:
-		return ErrConcurrencyLimit
+		return errConcurrencyLimit
 	case perkey.ErrPaced:
 		return errPaced
 	case perkey.ErrTurn:
@@ -148,9 +149,9 @@ func (r *retrier) refused(err error) error {
 	return err
 }
 
-// LocalHeader marks a response made by this transport rather than by the
+// localHeader marks a response made by this transport rather than by the
 // server: its value says why ("circuit-open", or "held" for a hold).
-const LocalHeader = "X-Retryhttp-Local"
+const localHeader = "X-Retryhttp-Local"
 
 // localOpenResponse is the 503 a request gets, with
 // WithCircuitOpenResponse, when the circuit of its key is open, or its key
@@ -175,7 +176,7 @@ func localOpenResponse(req *http.Request, key hostKey, probeAt time.Time, spread
 		"Retry-After-Ms":    {ms},
 		"X-Amz-Retry-After": {ms},
 		"X-Amzn-ErrorType":  {"ServiceUnavailable"}, // names the error for aws-sdk-go-v2's JSON protocols
-		LocalHeader:         {why},
+		localHeader:         {why},
 	}
 	return &http.Response{
 		Status:        "503 Service Unavailable",
@@ -243,7 +244,7 @@ func (r *retrier) waitFor(cause Reason, f func(ctx context.Context, lim perkey.L
 	if err == nil {
 		r.t.stats.wait.released.Add(1)
 	}
-	fire(r.hooks, (*Hooks).waitDone, WaitInfo{Request: r.req, Key: r.keyOf().String(), Cause: cause, Waited: d, Released: err == nil})
+	fire(r.hooks, (*Hooks).waitDone, Event{Request: r.req, Key: r.keyOf().String(), Reason: cause, Waited: d, Released: err == nil})
 	return trs, err
 }
 

@@ -111,11 +111,10 @@ type BreakerConfig struct {
 	// OnStateChange, if set, is called with every change of a circuit's
 	// state: trips, half-openings, closings, and what an operator does
 	// through Isolate and Reset (a hold is not a change of state: see
-	// HostState.HeldUntil). It runs on the goroutine
-	// that made the change, after the breaker's locks are released, once
-	// for the Breaker however many transports share it (Hooks.CircuitChange
-	// is called only for the transport whose request made the change).
-	OnStateChange func(CircuitChangeInfo)
+	// HostState.HeldUntil), with Key, From, To and Until set. It runs on
+	// the goroutine that made the change, after the breaker's locks are
+	// released, once for the Breaker however many transports share it.
+	OnStateChange func(Event)
 }
 
 // Breaker holds one circuit per host (scheme, host, port). A circuit counts
@@ -259,13 +258,10 @@ type HostState struct {
 	// half-open, or of a failure period under way on a closed circuit; the
 	// zero time for a key that is not failing.
 	FailingSince time.Time
-	// Quotas is the quota the key's server last advertised in its
-	// rate-limit headers (see WithQuotaHeaders); nil if it never did.
 	// Rate is the send rate the key is held to, in requests per second,
-	// by that quota or by the adaptive rate after a throttle; 0 when it is
+	// by its server's advertised quota or after a throttle; 0 when it is
 	// not paced.
-	Quotas []Quota
-	Rate   float64
+	Rate float64
 }
 
 // hostState turns a lane's view into what Host and Snapshot report.
@@ -274,7 +270,6 @@ func hostState(key string, v perkey.View) HostState {
 	if v.Held {
 		s.HeldUntil = v.HoldUntil
 	}
-	s.Quotas = quotasOf(v.Quota)
 	if v.Paced {
 		s.Rate = v.Rate
 	}
@@ -325,23 +320,12 @@ func (b *Breaker) Reset(key string) {
 	b.changed(l, l.Reset(time.Now()), false)
 }
 
-// report passes the changes a call to the key's lane made to the hooks,
-// to BreakerConfig.OnStateChange and to a fleet, after the lane's lock has
+// report passes the changes a call to the key's lane made to
+// BreakerConfig.OnStateChange and to a fleet, after the lane's lock has
 // been released. Most calls make none.
 func (r *retrier) report(trs perkey.Transitions) {
-	if trs.Any() {
-		r.reportAll(trs)
-	}
-}
-
-func (r *retrier) reportAll(trs perkey.Transitions) {
-	for _, tr := range trs.List() {
-		if tr.Circuit() && r.hooks.any() {
-			fire(r.hooks, (*Hooks).circuitChange, CircuitChangeInfo{Key: r.keyOf().String(), From: State(tr.From), To: State(tr.To), Until: tr.Until})
-		}
-		if r.t.breaker != nil {
-			r.t.breaker.notify(r.lane, tr, true)
-		}
+	if trs.Any() && r.t.breaker != nil {
+		r.t.breaker.changed(r.lane, trs, true)
 	}
 }
 
@@ -359,7 +343,7 @@ func (b *Breaker) changed(l *perkey.Lane, trs perkey.Transitions, local bool) {
 // is called after the lane's lock is released.
 func (b *Breaker) notify(l *perkey.Lane, tr perkey.Transition, local bool) {
 	if tr.Circuit() && b.cfg.OnStateChange != nil {
-		b.cfg.OnStateChange(CircuitChangeInfo{Key: l.Key().String(), From: State(tr.From), To: State(tr.To), Until: tr.Until})
+		b.cfg.OnStateChange(Event{Key: l.Key().String(), From: State(tr.From), To: State(tr.To), Until: tr.Until})
 	}
 	f := b.fleet.Load()
 	if !local || f == nil {

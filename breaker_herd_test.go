@@ -53,7 +53,7 @@ func runBreakerHerd(t *testing.T, workers int, outage, stopAt time.Duration) her
 		}
 		return http.StatusOK, nil
 	})
-	hooks := &Hooks{CircuitChange: func(c CircuitChangeInfo) {
+	onState := func(c Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
@@ -65,8 +65,8 @@ func runBreakerHerd(t *testing.T, workers int, outage, stopAt time.Duration) her
 		case c.To == StateClosed:
 			run.closedAt = time.Since(start)
 		}
-	}}
-	tr := New(fake, WithBudget(nil), WithHooks(hooks))
+	}
+	tr := New(fake, WithBudget(nil), WithBreaker(NewBreaker(BreakerConfig{OnStateChange: onState})))
 
 	var openErrs, gaveUp, delivered atomic.Int64
 	var wg sync.WaitGroup

@@ -928,7 +928,7 @@ func TestCircuitOpenedDuringAttempt(t *testing.T) {
 		budget := NewBudget(BudgetConfig{})
 		var scheduled atomic.Int64
 		tr := New(next, WithBreaker(b), WithBudget(budget), WithMaxWait(0),
-			WithHooks(&Hooks{RetryScheduled: func(RetryInfo) { scheduled.Add(1) }}))
+			WithHooks(&Hooks{RetryScheduled: func(Event) { scheduled.Add(1) }}))
 		got := bkGo(t.Context(), tr, "http://host.test/slow")
 		synctest.Wait() // the attempt is in flight
 		bkTrip(t, bkLane(b, "http://host.test/"))

@@ -199,7 +199,7 @@ func TestChaosPostWithoutKeyIsSentOnce(t *testing.T) {
 			ok++
 		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 			ctxErrs++
-		case !errors.As(err, &e) || e.Attempts != 1 || e.Reason != retryhttp.ReasonNotIdempotent:
+		case !errors.As(err, &e) || e.Attempts != 1 || e.Reason != retryhttp.ReasonNotReplayable:
 			badErrs++
 			if firstBad == nil {
 				firstBad = err
@@ -515,16 +515,16 @@ func TestChaosHostileRetryAfter(t *testing.T) {
 			next := chaosTransport(t, 1)
 			rt := retryhttp.New(next, chaosJitter,
 				retryhttp.WithMaxRetryAfter(maxWait), retryhttp.WithRetryAfterSpread(0))
-			var retries []retryhttp.RetryInfo // appended on the request's goroutine
-			ctx = retryhttp.ContextWithHooks(ctx, &retryhttp.Hooks{
-				RetryScheduled: func(ri retryhttp.RetryInfo) { retries = append(retries, ri) },
-			})
+			var retries []retryhttp.Event // appended on the request's goroutine
+			ctx = retryhttp.ContextWithOptions(ctx, retryhttp.WithHooks(&retryhttp.Hooks{
+				RetryScheduled: func(ri retryhttp.Event) { retries = append(retries, ri) },
+			}))
 
 			start := time.Now()
 			status, _, err := chaosDo(ctx, &http.Client{Transport: rt}, http.MethodGet, srv.URL, nil)
 			elapsed := time.Since(start)
 			st := rt.Stats()
-			var ri retryhttp.RetryInfo
+			var ri retryhttp.Event
 			if len(retries) > 0 {
 				ri = retries[0]
 			}
@@ -590,7 +590,7 @@ func TestChaosResetMidBodyAfterReturn(t *testing.T) {
 			var started atomic.Int64
 			rt := retryhttp.New(next, retryhttp.WithPolicy(immediate{}),
 				retryhttp.WithHooks(&retryhttp.Hooks{
-					AttemptStart: func(retryhttp.AttemptStartInfo) { started.Add(1) },
+					AttemptStart: func(retryhttp.Event) { started.Add(1) },
 				}))
 			req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/doc", nil)
 			require.NoError(t, err)
@@ -733,7 +733,7 @@ func TestChaosMixedHosts(t *testing.T) {
 			failOpened := make(chan struct{})                // closed when the failing host's circuit first opens
 			var once sync.Once
 			hooks := &retryhttp.Hooks{
-				GiveUp: func(g retryhttp.GiveUpInfo) {
+				GiveUp: func(g retryhttp.Event) {
 					u := "http://" + g.Request.URL.Host
 					mu.Lock()
 					defer mu.Unlock()
@@ -742,17 +742,19 @@ func TestChaosMixedHosts(t *testing.T) {
 					}
 					giveUps[u][g.Reason]++
 				},
-				CircuitChange: func(c retryhttp.CircuitChangeInfo) {
-					if c.Key == failSrv.URL && c.To == retryhttp.StateOpen {
-						once.Do(func() { close(failOpened) })
-					}
-					mu.Lock()
-					defer mu.Unlock()
-					circuits[c.Key] = append(circuits[c.Key], c.From.String()+"->"+c.To.String())
-				},
 			}
+			onState := func(c retryhttp.Event) {
+				if c.Key == failSrv.URL && c.To == retryhttp.StateOpen {
+					once.Do(func() { close(failOpened) })
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				circuits[c.Key] = append(circuits[c.Key], c.From.String()+"->"+c.To.String())
+			}
+			opts := append([]retryhttp.Option{retryhttp.WithBreaker(retryhttp.NewBreaker(retryhttp.BreakerConfig{OnStateChange: onState}))},
+				v.opts...) // a variant's own breaker comes after, and wins
 			next := chaosTransport(t, conc)
-			rt := retryhttp.New(next, append(v.opts, retryhttp.WithHooks(hooks))...)
+			rt := retryhttp.New(next, append(opts, retryhttp.WithHooks(hooks))...)
 			client := &http.Client{Transport: rt}
 
 			warm := 0
@@ -855,7 +857,7 @@ func TestChaosShutdownWakesSleepers(t *testing.T) {
 	next := chaosTransport(t, conc)
 	var scheduled atomic.Int64
 	allAsleep := make(chan struct{})
-	hooks := &retryhttp.Hooks{RetryScheduled: func(retryhttp.RetryInfo) {
+	hooks := &retryhttp.Hooks{RetryScheduled: func(retryhttp.Event) {
 		if scheduled.Add(1) == n {
 			close(allAsleep)
 		}

@@ -96,15 +96,15 @@ func decide(f facts) (next, Reason) {
 	case !f.idempotent && f.reached:
 		// Sending it again could apply it twice; only a request that
 		// never reached the server may go again whatever its method.
-		return stop, ReasonNotIdempotent
+		return stop, ReasonNotReplayable
 	case !f.replayable:
-		return stop, ReasonBodyNotReplayable
+		return stop, ReasonNotReplayable
 	case f.rideOut && f.now.Add(f.delay).Before(f.deadline):
 		// The attempts are used, and the key's failure is young: one
 		// more attempt, spaced to fit the deadline, whatever the circuit
 		// does meanwhile. (rideOut is only set under a deadline, real or
 		// the envelope's; see retrier.rideOut.)
-		return rideOut, ReasonNone
+		return rideOut, reasonNone
 	case f.rideOut:
 		return stop, ReasonAttemptsUsed
 	case f.circuitOpen && f.mayWait:
@@ -112,7 +112,7 @@ func decide(f facts) (next, Reason) {
 		// in flight: the retry waits for the key to let it go, with no
 		// delay drawn and no token spent (the wait is deferred work, not
 		// a retry into the outage).
-		return retryWhen, ReasonNone
+		return retryWhen, reasonNone
 	case f.circuitOpen:
 		// Open, and the request may not wait (a dispatcher with its own
 		// queue): no retry would be let through, so none is scheduled
@@ -124,11 +124,11 @@ func decide(f facts) (next, Reason) {
 	case f.waitsNot && f.asked && f.delay > noWaitDelay:
 		// The caller keeps its own queue: the answer goes back now, and
 		// RetryAt says when the server asked to be tried again.
-		return stop, ReasonRetryAfter
+		return stop, ReasonHeld
 	}
 	// Every check passed, and the retry can be sent before the caller's
 	// deadline.
-	return retryAfter, ReasonNone
+	return retryAfter, reasonNone
 }
 
 // DefaultRetryIf is the default test of WithRetryIf. It retries transport
@@ -225,7 +225,7 @@ type verdict struct {
 
 // success reports an outcome that ends the request without a failure: a
 // response that is not retryable.
-func (v verdict) success() bool { return !v.retry && v.why == ReasonNone }
+func (v verdict) success() bool { return !v.retry && v.why == reasonNone }
 
 // classify judges the outcome of one attempt of req: the response, or the
 // error, that the next RoundTripper returned. It reads nothing but its
@@ -532,10 +532,10 @@ func (r *retrier) rewind(p step) (next, Reason) {
 		return stop, ReasonContextDone
 	case attempt.NoFreshBody:
 		// GetBody failed: the body cannot be sent again.
-		return stop, ReasonBodyNotReplayable
+		return stop, ReasonNotReplayable
 	}
 	if p.then == retryWhen {
-		return p.then, ReasonNone
+		return p.then, reasonNone
 	}
 	if r.lane != nil && r.lane.Waiting() && r.maxWaitLeft() > 0 && r.mayBeFailing() {
 		// Others already wait for the key to recover, and it is failing
@@ -543,7 +543,7 @@ func (r *retrier) rewind(p step) (next, Reason) {
 		// a host that is failing them. A key that answers others (a
 		// lossy link that resets some connections) is not: the retry
 		// goes as any other, or the queue would hold it for nothing.
-		return queueBehind, ReasonNone
+		return queueBehind, reasonNone
 	}
 	// A throttled retry takes no token while the adaptive rate covers
 	// 429: the server is up and asks for less, and the key's send rate,
@@ -570,6 +570,6 @@ func (r *retrier) rewind(p step) (next, Reason) {
 		r.lane.SetPrev(p.delay)
 	}
 	r.t.stats.recordDelay(r.attempts, p.delay)
-	fire(r.hooks, (*Hooks).retryScheduled, RetryInfo{Request: r.req, Retry: r.attempts, Delay: p.delay, RetryAfter: r.fail.wait.OK, Clamped: r.fail.wait.Clamped})
-	return p.then, ReasonNone
+	fire(r.hooks, (*Hooks).retryScheduled, Event{Request: r.req, Attempt: r.attempts, Delay: p.delay, RetryAfter: r.fail.wait.OK, Clamped: r.fail.wait.Clamped})
+	return p.then, reasonNone
 }

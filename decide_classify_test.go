@@ -178,7 +178,7 @@ func TestClassifyPostNeverReached(t *testing.T) {
 		})}
 		defer srv.Close()
 		var refused error
-		hooks := &Hooks{AttemptDone: func(i AttemptDoneInfo) {
+		hooks := &Hooks{AttemptDone: func(i Event) {
 			if i.Attempt != 1 {
 				return
 			}
@@ -222,7 +222,7 @@ func TestClassifyPostNeverReached(t *testing.T) {
 		_, err = tr.RoundTrip(req)
 		require.Error(t, err)
 		e := asError(t, err)
-		assert.Equal(t, ReasonNotIdempotent, e.Reason)
+		assert.Equal(t, ReasonNotReplayable, e.Reason)
 		assert.Equal(t, 1, e.Attempts)
 		assert.Equal(t, int64(1), received.Load(), "POSTs received")
 	})
@@ -285,9 +285,9 @@ func TestClassifyRetryAfterMs(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				next := newNext(reply{status: 429, header: c.header}, reply{status: 200})
-				var info RetryInfo
+				var info Event
 				opts := append([]Option{WithRetryAfterSpread(0), WithPolicy(Exponential{Base: time.Hour}),
-					WithHooks(&Hooks{RetryScheduled: func(i RetryInfo) { info = i }})}, c.opts...)
+					WithHooks(&Hooks{RetryScheduled: func(i Event) { info = i }})}, c.opts...)
 				tr := newT(next, opts...)
 				start := time.Now()
 				resp, err := tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
@@ -342,7 +342,6 @@ func TestClassifyErrorTimeout(t *testing.T) {
 		_, err := newT(next, WithAttemptTimeout(time.Second), WithMaxAttempts(1)).RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 		e := asError(t, err)
 		assert.True(t, e.Timeout())
-		assert.True(t, e.Temporary(), "context.DeadlineExceeded says it is temporary")
 		var ne net.Error
 		require.ErrorAs(t, err, &ne)
 		assert.Contains(t, err.Error(), "attempt timed out after 1s")

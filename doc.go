@@ -66,7 +66,7 @@
 //     instead, with no delay and no token, or stops); does the deadline
 //     leave room for the delay (if not, the request returns at once,
 //     ReasonDeadline).
-//  5. The next attempt's body is made ready (ReasonBodyNotReplayable if
+//  5. The next attempt's body is made ready (ReasonNotReplayable if
 //     GetBody fails); then the retry budget must hold a token, unless
 //     others already wait for the key while it fails as a whole, whom the
 //     retry joins. Without a token the retry waits for a key that fails as
@@ -139,7 +139,7 @@
 //     DecorrelatedJitter, Exponential).
 //   - A different budget or breaker, or none: WithBudget, WithBreaker.
 //   - A host to take out by hand: Breaker.Isolate and Breaker.Reset.
-//   - To see what happens: WithHooks, ContextWithHooks, Transport.Stats,
+//   - To see what happens: WithHooks, Transport.Stats,
 //     BreakerConfig.OnStateChange, and the otelretry module.
 //   - To test code that uses it: the retryhttptest package.
 //

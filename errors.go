@@ -16,19 +16,21 @@ import (
 type Reason int
 
 // The reasons a request stops being retried, or is to be sent again later.
+// The zero Reason, whose String is "none", is none of them: the request
+// did not stop for a reason of its own (it succeeded, say), or RetryAt
+// knows of nothing that should delay it.
 const (
-	// ReasonNone: the request has not stopped for any of the reasons below
-	// (for example, it succeeded).
-	ReasonNone Reason = iota
-	// ReasonNotRetryable: the outcome is not retryable (a 404, a certificate
-	// error, or whatever WithRetryIf rejects).
+	reasonNone Reason = iota
+	// ReasonNotRetryable: the outcome is not retryable (a 404, a 410 Gone,
+	// a certificate error, or whatever WithRetryIf rejects); from RetryAt,
+	// also a key failing for longer than WithFailingHorizon allows: do not
+	// send the request again.
 	ReasonNotRetryable
-	// ReasonNotIdempotent: the request may not be sent twice (a POST or
-	// PATCH without an Idempotency-Key, or what WithIdempotentIf rejects).
-	ReasonNotIdempotent
-	// ReasonBodyNotReplayable: the body cannot be sent again (no GetBody,
-	// larger than WithBodyBuffer, or GetBody failed).
-	ReasonBodyNotReplayable
+	// ReasonNotReplayable: the request may not be sent again. Its method
+	// may not be sent twice (a POST or PATCH without an Idempotency-Key,
+	// or what WithIdempotentIf rejects), or its body cannot be sent again
+	// (no GetBody, larger than WithBodyBuffer, or GetBody failed).
+	ReasonNotReplayable
 	// ReasonAttemptsUsed: WithMaxAttempts attempts have been made, and
 	// any that rode out a young failure of the key past them.
 	ReasonAttemptsUsed
@@ -40,43 +42,29 @@ const (
 	ReasonCircuitOpen
 	// ReasonContextDone: the request's context ended.
 	ReasonContextDone
-	// ReasonHeld: the key is held by a server's long Retry-After beyond
-	// what the request could wait.
+	// ReasonHeld: the server asked for time the request could not wait
+	// (see WithMaxWait): a Retry-After on this response or an earlier one
+	// of its key, or a quota it advertised as spent. From RetryAt: the
+	// instant the server named, or when the key's send rate lets the
+	// request go.
 	ReasonHeld
 	// ReasonConcurrencyLimit: the key had as many attempts in flight as
-	// WithConcurrencyLimit allows, which refuses the rest.
+	// WithConcurrencyLimit allows, and the request may not wait for a
+	// place (WithMaxWait(0)).
 	ReasonConcurrencyLimit
-	// ReasonRetryAfter: the server asked for the wait, with Retry-After or
-	// Retry-After-Ms. From RetryAt, the instant it named; as the reason a
-	// request stopped, a wait longer than a request of WithMaxWait(0)
-	// sleeps on its own behalf.
-	ReasonRetryAfter
-	// ReasonPaced (from RetryAt): the key's send rate, cut after it
-	// throttled, lets the request go about then; a request sent earlier
-	// would wait its turn.
-	ReasonPaced
-	// ReasonGone (from RetryAt): do not send the request again. The server
-	// said the resource is gone for good (410 Gone, which the Standard
-	// Webhooks convention uses for "disable this endpoint"), or the key has
-	// been failing for longer than WithFailingHorizon allows.
-	ReasonGone
 )
 
 var reasonNames = [...]string{
-	ReasonNone:              "none",
-	ReasonNotRetryable:      "not retryable",
-	ReasonNotIdempotent:     "not idempotent",
-	ReasonBodyNotReplayable: "body not replayable",
-	ReasonAttemptsUsed:      "attempts used",
-	ReasonDeadline:          "deadline too near",
-	ReasonBudgetExhausted:   "budget exhausted",
-	ReasonCircuitOpen:       "circuit open",
-	ReasonContextDone:       "context done",
-	ReasonHeld:              "held",
-	ReasonConcurrencyLimit:  "concurrency limit",
-	ReasonRetryAfter:        "retry after",
-	ReasonPaced:             "paced",
-	ReasonGone:              "gone",
+	reasonNone:             "none",
+	ReasonNotRetryable:     "not retryable",
+	ReasonNotReplayable:    "not replayable",
+	ReasonAttemptsUsed:     "attempts used",
+	ReasonDeadline:         "deadline too near",
+	ReasonBudgetExhausted:  "budget exhausted",
+	ReasonCircuitOpen:      "circuit open",
+	ReasonContextDone:      "context done",
+	ReasonHeld:             "held",
+	ReasonConcurrencyLimit: "concurrency limit",
 }
 
 // String returns the reason in a few words, such as "attempts used".
@@ -124,12 +112,6 @@ func (e *Error) Timeout() bool {
 	return errors.As(e.Err, &t) && t.Timeout() || errors.Is(e.Err, context.DeadlineExceeded)
 }
 
-// Temporary implements the deprecated net.Error method as url.Error does.
-func (e *Error) Temporary() bool {
-	var t interface{ Temporary() bool }
-	return errors.As(e.Err, &t) && t.Temporary()
-}
-
 func plural(n int) string {
 	if n == 1 {
 		return ""
@@ -163,18 +145,18 @@ func (*turnError) Error() string {
 
 func (*turnError) Is(target error) bool { return target == ErrCircuitOpen }
 
-// ErrHeld is wrapped by the error of a request whose key is held: a server
-// asked, with a long Retry-After, for no request before an instant that the
-// request could not wait for (its deadline, or its Retry-After clamp, comes
-// first). Error.Until says when the hold ends.
-var ErrHeld = errors.New("retryhttp: held by the server's Retry-After")
+// errHeld is the cause of a request whose key is held: a server asked, with
+// a long Retry-After or a spent quota, for no request before an instant
+// that the request could not wait for. Error.Until says when the hold
+// ends, and its Reason is ReasonHeld.
+var errHeld = errors.New("retryhttp: held by the server")
 
 // heldError refuses an attempt while the key is held.
 type heldError struct{ until time.Time }
 
-func (e *heldError) Error() string { return ErrHeld.Error() + " until " + e.until.Format(time.RFC3339) }
+func (e *heldError) Error() string { return errHeld.Error() + " until " + e.until.Format(time.RFC3339) }
 
-func (e *heldError) Is(target error) bool { return target == ErrHeld }
+func (e *heldError) Is(target error) bool { return target == errHeld }
 
 // errIsolated refuses the requests to a key an operator isolated.
 var errIsolated = &isolatedError{}
@@ -198,10 +180,10 @@ func (*pacedError) Error() string {
 
 func (*pacedError) Is(target error) bool { return target == context.DeadlineExceeded }
 
-// ErrConcurrencyLimit is wrapped by the error of a request refused because
-// its key already had as many attempts in flight as WithConcurrencyLimit
-// allows, in its refusing mode.
-var ErrConcurrencyLimit = errors.New("retryhttp: concurrency limit reached")
+// errConcurrencyLimit is the cause of a request refused because its key
+// already had as many attempts in flight as WithConcurrencyLimit allows,
+// and the request may not wait for a place (WithMaxWait(0)).
+var errConcurrencyLimit = errors.New("retryhttp: concurrency limit reached")
 
 // waitedError is the cause of a request that waited for its key and was
 // not let go: it satisfies errors.Is for the refusal it waited out
@@ -264,13 +246,13 @@ func reasonOf(err error) Reason {
 	switch {
 	case errors.Is(err, context.Canceled):
 		return ReasonContextDone
-	case errors.Is(err, ErrHeld):
+	case errors.Is(err, errHeld):
 		return ReasonHeld
 	case errors.Is(err, ErrCircuitOpen):
 		return ReasonCircuitOpen
 	case errors.Is(err, ErrBudgetExhausted):
 		return ReasonBudgetExhausted
-	case errors.Is(err, ErrConcurrencyLimit):
+	case err == errConcurrencyLimit:
 		return ReasonConcurrencyLimit
 	case err == errPaced:
 		return ReasonDeadline

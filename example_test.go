@@ -58,8 +58,8 @@ func Example() {
 	// requests the server saw: 2
 }
 
-// slogHooks returns hooks that log every attempt, retry, give-up and change
-// of circuit through logger.
+// slogHooks returns hooks that log every attempt, retry and give-up
+// through logger; slogCircuits logs a breaker's changes of circuit.
 //
 // A request's headers (Authorization, Cookie), its URL's query (tokens,
 // signatures) and its body carry secrets, so these hooks log none of them:
@@ -67,33 +67,38 @@ func Example() {
 // status codes, whether a Retry-After set the delay, and why the transport
 // gave up. They do not log an error's text either, which can quote the
 // whole URL; they log that there was one. A real program would also log
-// RetryInfo.Delay and AttemptDoneInfo.Duration; they are left out here only
+// Event.Delay and Event.Duration; they are left out here only
 // because they differ from run to run.
 func slogHooks(logger *slog.Logger) *retryhttp.Hooks {
 	req := func(r *http.Request) []any {
 		return []any{"method", r.Method, "url", safeURL(r.URL)}
 	}
 	return &retryhttp.Hooks{
-		AttemptStart: func(i retryhttp.AttemptStartInfo) {
+		AttemptStart: func(i retryhttp.Event) {
 			logger.Info("attempt", append(req(i.Request), "attempt", i.Attempt)...)
 		},
-		AttemptDone: func(i retryhttp.AttemptDoneInfo) {
+		AttemptDone: func(i retryhttp.Event) {
 			if i.Err != nil {
 				logger.Info("attempt failed", append(req(i.Request), "attempt", i.Attempt, "error", true)...)
 				return
 			}
 			logger.Info("response", append(req(i.Request), "attempt", i.Attempt, "status", i.Status)...)
 		},
-		RetryScheduled: func(i retryhttp.RetryInfo) {
-			logger.Info("retry", append(req(i.Request), "retry", i.Retry, "retry_after", i.RetryAfter)...)
+		RetryScheduled: func(i retryhttp.Event) {
+			logger.Info("retry", append(req(i.Request), "retry", i.Attempt, "retry_after", i.RetryAfter)...)
 		},
-		GiveUp: func(i retryhttp.GiveUpInfo) {
+		GiveUp: func(i retryhttp.Event) {
 			logger.Warn("give up", append(req(i.Request),
-				"attempts", i.Attempts, "reason", i.Reason.String(), "status", i.Status, "error", i.Err != nil)...)
+				"attempts", i.Attempt, "reason", i.Reason.String(), "status", i.Status, "error", i.Err != nil)...)
 		},
-		CircuitChange: func(i retryhttp.CircuitChangeInfo) {
-			logger.Warn("circuit", "host", i.Key, "from", i.From.String(), "to", i.To.String())
-		},
+	}
+}
+
+// slogCircuits returns a BreakerConfig.OnStateChange that logs each change
+// of a circuit through logger.
+func slogCircuits(logger *slog.Logger) func(retryhttp.Event) {
+	return func(i retryhttp.Event) {
+		logger.Warn("circuit", "host", i.Key, "from", i.From.String(), "to", i.To.String())
 	}
 }
 
@@ -233,15 +238,15 @@ func TestSlogExampleRedacts(t *testing.T) {
 		// has lasted the breaker's span and the circuit opens, ending the
 		// wait for the next retry; the second request is refused.
 		synctest.Test(t, func(t *testing.T) {
-			br := retryhttp.NewBreaker(retryhttp.BreakerConfig{Span: time.Second, MinFailures: 1})
+			br := retryhttp.NewBreaker(retryhttp.BreakerConfig{Span: time.Second, MinFailures: 1, OnStateChange: slogCircuits(logger)})
 			tr := retryhttp.New(slogErrNext{}, retryhttp.WithHooks(hooks), retryhttp.WithBreaker(br),
 				retryhttp.WithPolicy(retryhttp.Exponential{Base: time.Second}), retryhttp.WithMaxWait(0))
 			// The errors the hooks are given quote the URL, secret included:
 			// slogHooks must not log them.
 			var seen []string
-			ctx := retryhttp.ContextWithHooks(t.Context(), &retryhttp.Hooks{
-				AttemptDone: func(i retryhttp.AttemptDoneInfo) { seen = append(seen, i.Err.Error()) },
-			})
+			ctx := retryhttp.ContextWithOptions(t.Context(), retryhttp.WithHooks(&retryhttp.Hooks{
+				AttemptDone: func(i retryhttp.Event) { seen = append(seen, i.Err.Error()) },
+			}))
 			for range 2 {
 				req := newReq(t, http.MethodPost, "http://api.example.test/hook?sig="+secret, strings.NewReader(secret))
 				resp, err := tr.RoundTrip(req.WithContext(ctx))

@@ -38,25 +38,26 @@ func bkHeld(l *perkey.Lane) (probes, sleepers int) {
 // recovers, its circuit admits requests again; every response is closed.
 func TestFaultsPanicLeavesNothing(t *testing.T) {
 	type inject struct {
-		hooks func(boom func()) *Hooks
-		opts  func(boom func()) []Option
-		next  bool // next itself panics
+		hooks   func(boom func()) *Hooks
+		onState func(boom func()) func(Event) // BreakerConfig.OnStateChange
+		opts    func(boom func()) []Option
+		next    bool // next itself panics
 		// closed: the panic comes after the outcome is recorded, when a
 		// retry is decided, so it is injected into a failing request while
 		// the circuit is closed rather than into a probe.
 		closed bool
 	}
 	cases := map[string]inject{
-		"CircuitChange to half-open": {hooks: func(boom func()) *Hooks {
-			return &Hooks{CircuitChange: func(i CircuitChangeInfo) {
+		"OnStateChange to half-open": {onState: func(boom func()) func(Event) {
+			return func(i Event) {
 				if i.To == StateHalfOpen {
 					boom()
 				}
-			}}
+			}
 		}},
-		"AttemptStart": {hooks: func(boom func()) *Hooks { return &Hooks{AttemptStart: func(AttemptStartInfo) { boom() }} }},
+		"AttemptStart": {hooks: func(boom func()) *Hooks { return &Hooks{AttemptStart: func(Event) { boom() }} }},
 		"next":         {next: true},
-		"AttemptDone":  {hooks: func(boom func()) *Hooks { return &Hooks{AttemptDone: func(AttemptDoneInfo) { boom() }} }},
+		"AttemptDone":  {hooks: func(boom func()) *Hooks { return &Hooks{AttemptDone: func(Event) { boom() }} }},
 		"WithRetryIf": {opts: func(boom func()) []Option {
 			return []Option{WithRetryIf(func(r *http.Response, err error) bool { boom(); return DefaultRetryIf(r, err) })}
 		}},
@@ -66,8 +67,8 @@ func TestFaultsPanicLeavesNothing(t *testing.T) {
 		"Policy": {closed: true, opts: func(boom func()) []Option {
 			return []Option{WithPolicy(policyFunc(func(int, time.Duration) time.Duration { boom(); return 0 }))}
 		}},
-		"RetryScheduled": {closed: true, hooks: func(boom func()) *Hooks { return &Hooks{RetryScheduled: func(RetryInfo) { boom() }} }},
-		"GiveUp":         {closed: true, hooks: func(boom func()) *Hooks { return &Hooks{GiveUp: func(GiveUpInfo) { boom() }} }},
+		"RetryScheduled": {closed: true, hooks: func(boom func()) *Hooks { return &Hooks{RetryScheduled: func(Event) { boom() }} }},
+		"GiveUp":         {closed: true, hooks: func(boom func()) *Hooks { return &Hooks{GiveUp: func(Event) { boom() }} }},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -84,7 +85,11 @@ func TestFaultsPanicLeavesNothing(t *testing.T) {
 				if c.next {
 					next.boom = boom
 				}
-				b := NewBreaker(bkConfig())
+				cfg := bkConfig()
+				if c.onState != nil {
+					cfg.OnStateChange = c.onState(boom)
+				}
+				b := NewBreaker(cfg)
 				opts := []Option{WithBudget(nil), WithBreaker(b), WithMaxAttempts(2)}
 				if c.opts != nil {
 					opts = append(opts, c.opts(boom)...)
@@ -256,7 +261,7 @@ func TestFaultsAbandonedHostsBounded(t *testing.T) {
 		runtime.ReadMemStats(&before)
 		var opened atomic.Int64
 		b := NewBreaker(BreakerConfig{Span: time.Millisecond, MinFailures: 1, OpenFor: time.Second, OpenJitter: -1, MaxHosts: cap,
-			OnStateChange: func(c CircuitChangeInfo) {
+			OnStateChange: func(c Event) {
 				if c.To == StateOpen {
 					opened.Add(1)
 				}
@@ -398,7 +403,7 @@ func TestFaultsResponseHeadersTooLarge(t *testing.T) {
 	var attempts atomic.Int64
 	next := &http.Transport{MaxResponseHeaderBytes: 1 << 10}
 	defer next.CloseIdleConnections()
-	tr := New(next, WithHooks(&Hooks{AttemptStart: func(AttemptStartInfo) { attempts.Add(1) }}))
+	tr := New(next, WithHooks(&Hooks{AttemptStart: func(Event) { attempts.Add(1) }}))
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, srv.URL, nil)
 	require.NoError(t, err)
 	_, err = tr.RoundTrip(req)

@@ -369,18 +369,18 @@ func fzScript(script []byte, ra string) []fzStep {
 
 // fzHookLog counts the hooks called for one request.
 type fzHookLog struct {
-	starts  []AttemptStartInfo
-	dones   []AttemptDoneInfo
-	retries []RetryInfo
-	giveUps []GiveUpInfo
+	starts  []Event
+	dones   []Event
+	retries []Event
+	giveUps []Event
 }
 
 func (l *fzHookLog) hooks() *Hooks {
 	return &Hooks{
-		AttemptStart:   func(i AttemptStartInfo) { l.starts = append(l.starts, i) },
-		AttemptDone:    func(i AttemptDoneInfo) { l.dones = append(l.dones, i) },
-		RetryScheduled: func(i RetryInfo) { l.retries = append(l.retries, i) },
-		GiveUp:         func(i GiveUpInfo) { l.giveUps = append(l.giveUps, i) },
+		AttemptStart:   func(i Event) { l.starts = append(l.starts, i) },
+		AttemptDone:    func(i Event) { l.dones = append(l.dones, i) },
+		RetryScheduled: func(i Event) { l.retries = append(l.retries, i) },
+		GiveUp:         func(i Event) { l.giveUps = append(l.giveUps, i) },
 	}
 }
 
@@ -404,10 +404,10 @@ func fzModel(c fzConfig, steps func(int) fzStep) (calls int, reasons []Reason) {
 		pre = append(pre, ReasonAttemptsUsed)
 	}
 	if !idempotent {
-		pre = append(pre, ReasonNotIdempotent)
+		pre = append(pre, ReasonNotReplayable)
 	}
 	if c.body == 3 && (c.bodyBuffer <= 0 || int64(len(c.payload)) > c.bodyBuffer) {
-		pre = append(pre, ReasonBodyNotReplayable)
+		pre = append(pre, ReasonNotReplayable)
 	}
 	tokens := c.budget // < 0 or 6: more than enough
 	for {
@@ -442,7 +442,7 @@ func fzModel(c fzConfig, steps func(int) fzStep) (calls int, reasons []Reason) {
 		}
 		// A retry follows unless its fresh body or its budget token fails.
 		if c.body == 2 && c.getBodyFail == calls {
-			r = append(r, ReasonBodyNotReplayable)
+			r = append(r, ReasonNotReplayable)
 		}
 		if tokens == 0 {
 			r = append(r, ReasonBudgetExhausted)
@@ -485,7 +485,7 @@ func FuzzRoundTrip(f *testing.F) {
 		ctx := context.Background()
 		var rlog fzHookLog
 		if c.rHooks {
-			ctx = ContextWithHooks(ctx, rlog.hooks())
+			ctx = ContextWithOptions(ctx, WithHooks(rlog.hooks()))
 		}
 		if c.canceled {
 			var cancel context.CancelFunc
@@ -721,7 +721,7 @@ func FuzzRoundTrip(f *testing.F) {
 				}
 			}
 			for i, r := range l.log.retries {
-				if r.Retry != i+1 || r.Delay != 0 {
+				if r.Attempt != i+1 || r.Delay != 0 {
 					t.Fatalf("%s: RetryScheduled %d = %+v, want no delay", desc(), i+1, r)
 				}
 				st := next.step(i)
@@ -742,7 +742,7 @@ func FuzzRoundTrip(f *testing.F) {
 				if resp != nil {
 					wantStatus = resp.StatusCode
 				}
-				if g.Attempts != calls || g.Status != wantStatus || g.Err != err ||
+				if g.Attempt != calls || g.Status != wantStatus || g.Err != err ||
 					!slices.Contains(wantReasons, g.Reason) || (err != nil && g.Reason != gotReason) {
 					t.Fatalf("%s: GiveUp(%+v), want %d attempts, status %d, error %v, reason in %v", desc(), g, calls, wantStatus, err, wantReasons)
 				}

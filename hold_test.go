@@ -108,7 +108,7 @@ func (r rateLimited) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // A hold never shortens, never outlasts the clamp, and a request that
-// cannot wait for it returns at once with ErrHeld and the hold's end.
+// cannot wait for it returns at once with errHeld and the hold's end.
 func TestHoldRules(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()
@@ -136,7 +136,7 @@ func TestHoldRules(t *testing.T) {
 		next := newNext(reply{status: 200})
 		tr2 := New(next, WithBreaker(b))
 		_, err = tr2.RoundTrip(newReq(ctx, http.MethodGet, nil))
-		require.ErrorIs(t, err, ErrHeld)
+		require.ErrorIs(t, err, errHeld)
 		e := asError(t, err)
 		assert.Equal(t, ReasonHeld, e.Reason)
 		assert.Equal(t, start.Add(defaultMaxRetryAfter), e.Until)
@@ -167,7 +167,7 @@ func TestHoldRetryAt(t *testing.T) {
 			require.NoError(t, err)
 			readBody(t, resp)
 			at, why := tr.RetryAt(resp, nil)
-			assert.Equal(t, ReasonNone, why, "a success")
+			assert.Equal(t, reasonNone, why, "a success")
 			assert.True(t, at.IsZero())
 
 			tr = newT(newNext(reply{status: 503, header: http.Header{"Retry-After": {"2"}}}), WithMaxAttempts(1))
@@ -175,7 +175,7 @@ func TestHoldRetryAt(t *testing.T) {
 			require.NoError(t, err)
 			readBody(t, resp)
 			at, why = tr.RetryAt(resp, nil)
-			assert.Equal(t, ReasonRetryAfter, why)
+			assert.Equal(t, ReasonHeld, why)
 			assert.True(t, !at.Before(now.Add(2*time.Second)) && at.Before(now.Add(3*time.Second)), "server: %v", at.Sub(now))
 
 			b := NewBreaker(bkConfig())
@@ -195,7 +195,7 @@ func TestHoldRetryAt(t *testing.T) {
 			defer cancel()
 			tr = New(newNext(reply{status: 200}), WithBreaker(b), WithMaxWait(0))
 			_, err = tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
-			require.ErrorIs(t, err, ErrHeld)
+			require.ErrorIs(t, err, errHeld)
 			at, why = tr.RetryAt(nil, err)
 			assert.Equal(t, ReasonHeld, why)
 			held := time.Now().Add(20 * time.Second)
@@ -217,7 +217,7 @@ func TestHoldRetryAt(t *testing.T) {
 			start := time.Now()
 			var seen sync.Map // State -> true: the states the key went through
 			b := NewBreaker(BreakerConfig{Span: time.Second, OpenJitter: -1,
-				OnStateChange: func(i CircuitChangeInfo) { seen.Store(i.To, true) }})
+				OnStateChange: func(i Event) { seen.Store(i.To, true) }})
 			key := keyOf(mustParse(t, testURL)).String()
 			var violations atomic.Int64
 			next := newBreakerFake(func(*http.Request) (int, error) {
@@ -295,9 +295,9 @@ func TestHoldOperatorControl(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var (
 			mu      sync.Mutex
-			changes []CircuitChangeInfo
+			changes []Event
 		)
-		b := NewBreaker(BreakerConfig{OnStateChange: func(i CircuitChangeInfo) {
+		b := NewBreaker(BreakerConfig{OnStateChange: func(i Event) {
 			mu.Lock()
 			defer mu.Unlock()
 			changes = append(changes, i)
@@ -322,7 +322,7 @@ func TestHoldOperatorControl(t *testing.T) {
 		assert.Empty(t, b.Snapshot())
 		assert.Equal(t, StateClosed, b.Host(key).State)
 		mu.Lock()
-		assert.Equal(t, []CircuitChangeInfo{
+		assert.Equal(t, []Event{
 			{Key: key, From: StateClosed, To: StateOpen},
 			{Key: key, From: StateOpen, To: StateClosed},
 		}, changes)
@@ -358,24 +358,20 @@ func TestHoldOperatorControl(t *testing.T) {
 }
 
 // A Breaker shared by two transports reports each change once to its own
-// callback, whichever transport's request made it; each transport's hooks
-// see only the changes its own requests made.
+// callback, whichever transport's request made it.
 func TestHoldSharedBreakerReportsOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
 		var changes []State
 		b := NewBreaker(BreakerConfig{Span: time.Second, MinFailures: 1, OpenFor: time.Second, OpenJitter: -1,
-			OnStateChange: func(i CircuitChangeInfo) {
+			OnStateChange: func(i Event) {
 				mu.Lock()
 				defer mu.Unlock()
 				changes = append(changes, i.To)
 			}})
-		var seenA, seenB atomic.Int64
 		next := newNext(reply{status: 503}, reply{status: 503}, reply{status: 200})
-		a := New(next, WithBreaker(b), WithBudget(nil), WithMaxAttempts(1),
-			WithHooks(&Hooks{CircuitChange: func(CircuitChangeInfo) { seenA.Add(1) }}))
-		bb := New(next, WithBreaker(b), WithBudget(nil), WithMaxAttempts(1),
-			WithHooks(&Hooks{CircuitChange: func(CircuitChangeInfo) { seenB.Add(1) }}))
+		a := New(next, WithBreaker(b), WithBudget(nil), WithMaxAttempts(1))
+		bb := New(next, WithBreaker(b), WithBudget(nil), WithMaxAttempts(1))
 		sendGET(t, a, testURL) // the failure period begins
 		time.Sleep(time.Second)
 		sendGET(t, a, testURL) // trips: closed -> open
@@ -384,19 +380,22 @@ func TestHoldSharedBreakerReportsOnce(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		assert.Equal(t, []State{StateOpen, StateHalfOpen, StateClosed}, changes)
-		assert.Equal(t, int64(1), seenA.Load())
-		assert.Equal(t, int64(2), seenB.Load())
 	})
 }
 
 // Names of what RetryAt and hooks report.
 func TestHoldNames(t *testing.T) {
-	assert.Equal(t, []string{"none", "retry after", "held", "circuit open", "budget exhausted", "paced", "gone", "Reason(99)"},
-		[]string{ReasonNone.String(), ReasonRetryAfter.String(), ReasonHeld.String(), ReasonCircuitOpen.String(), ReasonBudgetExhausted.String(), ReasonPaced.String(), ReasonGone.String(), Reason(99).String()})
+	var names []string
+	for r := range ReasonConcurrencyLimit + 2 {
+		names = append(names, r.String())
+	}
+	assert.Equal(t, []string{"none", "not retryable", "not replayable", "attempts used", "deadline too near", "budget exhausted",
+		"circuit open", "context done", "held", "concurrency limit", "Reason(10)"}, names)
+	assert.Equal(t, "Reason(-1)", Reason(-1).String())
 	assert.Equal(t, []string{"closed", "open", "half-open", "State(?)"},
 		[]string{StateClosed.String(), StateOpen.String(), StateHalfOpen.String(), State(3).String()})
 	err := (&heldError{until: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)}).Error()
-	assert.Equal(t, "retryhttp: held by the server's Retry-After until 2030-01-02T03:04:05Z", err)
+	assert.Equal(t, "retryhttp: held by the server until 2030-01-02T03:04:05Z", err)
 }
 
 // RetryAt on what needs no advice, on an isolated key, and on a budget
@@ -406,10 +405,10 @@ func TestHoldRetryAtEdges(t *testing.T) {
 		tr := newT(newNext(reply{status: 503}))
 		at, why := tr.RetryAt(nil, context.Canceled)
 		assert.True(t, at.IsZero())
-		assert.Equal(t, ReasonNone, why, "an error that is not an Error")
+		assert.Equal(t, reasonNone, why, "an error that is not an Error")
 		at, why = tr.RetryAt(&http.Response{StatusCode: 503}, nil)
 		assert.True(t, at.IsZero())
-		assert.Equal(t, ReasonNone, why, "a response without its request")
+		assert.Equal(t, reasonNone, why, "a response without its request")
 
 		b := NewBreaker(BreakerConfig{})
 		b.Isolate("http://example.test")
@@ -443,7 +442,7 @@ func TestHoldRetryAtEdges(t *testing.T) {
 		readBody(t, resp)
 		at, why = tr.RetryAt(resp, nil)
 		assert.True(t, at.IsZero(), "no floor: no instant the budget knows")
-		assert.Equal(t, ReasonNone, why)
+		assert.Equal(t, reasonNone, why)
 
 		perHost := NewBudget(BudgetConfig{PerHost: true})
 		at, _ = perHost.tokenAt(hostKey{Host: "fresh"}, time.Now())
@@ -468,7 +467,7 @@ func TestHoldWithoutBreaker(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
 		_, err = tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
-		require.ErrorIs(t, err, ErrHeld, "a request whose deadline ends within the hold")
+		require.ErrorIs(t, err, errHeld, "a request whose deadline ends within the hold")
 		start := time.Now()
 		resp, err = tr.RoundTrip(newReq(t.Context(), http.MethodGet, nil))
 		require.NoError(t, err)
@@ -606,7 +605,7 @@ func TestRetryAtNeverAndBounded(t *testing.T) {
 			require.NoError(t, err)
 			readBody(t, resp)
 			at, why := tr.RetryAt(resp, nil)
-			assert.Equal(t, ReasonRetryAfter, why)
+			assert.Equal(t, ReasonHeld, why)
 			assert.LessOrEqual(t, time.Until(at), c.limit, "bounded")
 			assert.Greater(t, time.Until(at), c.limit/2, "the server's wait, as far as the bound allows")
 		}
@@ -635,12 +634,12 @@ func TestNoWaitHandsBackServerWaits(t *testing.T) {
 		assert.Zero(t, time.Since(start), "handed back at once")
 		assert.Equal(t, 1, next.calls())
 		at, why := tr.RetryAt(resp, nil)
-		assert.Contains(t, []Reason{ReasonRetryAfter, ReasonHeld}, why)
+		assert.Contains(t, []Reason{ReasonHeld, ReasonHeld}, why)
 		assert.GreaterOrEqual(t, time.Until(at), 7*time.Second)
 		assert.LessOrEqual(t, time.Until(at), 8*time.Second)
 
 		_, err = post()
-		require.ErrorIs(t, err, ErrHeld, "the route is held: back at once")
+		require.ErrorIs(t, err, errHeld, "the route is held: back at once")
 		assert.Zero(t, time.Since(start))
 		assert.Equal(t, 1, next.calls())
 

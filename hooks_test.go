@@ -89,43 +89,48 @@ func (f *hookFake) count(path string) int {
 // got, with the Request field cleared (hookLog keeps it apart), so that
 // events compare with assert.Equal.
 type hookEvent struct {
-	src  string // "transport" (WithHooks) or "request" (ContextWithHooks)
-	info any    // an AttemptStartInfo, AttemptDoneInfo, RetryInfo, GiveUpInfo or CircuitChangeInfo
+	src  string // "transport" (WithHooks given to New), "request" (through ContextWithOptions) or "breaker" (OnStateChange)
+	info any    // a startEv, doneEv, retryEv, giveUpEv or circuitEv
 }
+
+// The Event of each hook, told apart by type so that a log of events says
+// which hook got each one.
+type (
+	startEv   Event
+	doneEv    Event
+	retryEv   Event
+	giveUpEv  Event
+	circuitEv Event
+)
 
 // hookLog records the calls of the hooks it makes, in order. It is safe
 // for concurrent use.
 type hookLog struct {
 	mu     sync.Mutex
 	events []hookEvent     // guarded by mu
-	reqs   []*http.Request // the Request of each event, nil for CircuitChange; guarded by mu
+	reqs   []*http.Request // the Request of each event, nil for the breaker's; guarded by mu
 }
 
 // hooks returns a Hooks with every field set, recording into l as src.
 func (l *hookLog) hooks(src string) *Hooks {
-	return &Hooks{
-		AttemptStart: func(i AttemptStartInfo) {
+	rec := func(as func(Event) any) func(Event) {
+		return func(i Event) {
 			r := i.Request
 			i.Request = nil
-			l.add(src, r, i)
-		},
-		AttemptDone: func(i AttemptDoneInfo) {
-			r := i.Request
-			i.Request = nil
-			l.add(src, r, i)
-		},
-		RetryScheduled: func(i RetryInfo) {
-			r := i.Request
-			i.Request = nil
-			l.add(src, r, i)
-		},
-		GiveUp: func(i GiveUpInfo) {
-			r := i.Request
-			i.Request = nil
-			l.add(src, r, i)
-		},
-		CircuitChange: func(i CircuitChangeInfo) { l.add(src, nil, i) },
+			l.add(src, r, as(i))
+		}
 	}
+	return &Hooks{
+		AttemptStart:   rec(func(i Event) any { return startEv(i) }),
+		AttemptDone:    rec(func(i Event) any { return doneEv(i) }),
+		RetryScheduled: rec(func(i Event) any { return retryEv(i) }),
+		GiveUp:         rec(func(i Event) any { return giveUpEv(i) }),
+	}
+}
+
+// onState returns a BreakerConfig.OnStateChange recording into l.
+func (l *hookLog) onState() func(Event) {
+	return func(i Event) { l.add("breaker", nil, circuitEv(i)) }
 }
 
 func (l *hookLog) add(src string, req *http.Request, info any) {
@@ -142,7 +147,7 @@ func (l *hookLog) take(t *testing.T, req *http.Request) []hookEvent {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i, r := range l.reqs {
-		if _, ok := l.events[i].info.(CircuitChangeInfo); ok {
+		if _, ok := l.events[i].info.(circuitEv); ok {
 			continue
 		}
 		assert.Same(t, req, r, "event %d (%T): the hook must get the caller's request", i, l.events[i].info)
@@ -164,10 +169,15 @@ func of[I any](events []hookEvent) []I {
 }
 
 // both returns what a request with hooks at both levels must record for
-// infos: each one to the transport's hooks, then to the request's.
+// infos: each one to the transport's hooks, then to the request's; a
+// circuit's change once, to the breaker's OnStateChange.
 func both(infos ...any) []hookEvent {
 	var out []hookEvent
 	for _, i := range infos {
+		if c, ok := i.(circuitEv); ok {
+			out = append(out, hookEvent{"breaker", c}) // the breaker tells its change once
+			continue
+		}
 		out = append(out, hookEvent{"transport", i}, hookEvent{"request", i})
 	}
 	return out
@@ -185,7 +195,7 @@ func newHookTransport(next http.RoundTripper, log *hookLog, opts ...Option) *Tra
 // hookReq returns a request for url whose context carries request-level
 // hooks recording into log.
 func hookReq(ctx context.Context, log *hookLog, method, url string, body io.Reader) *http.Request {
-	req, err := http.NewRequestWithContext(ContextWithHooks(ctx, log.hooks("request")), method, url, body)
+	req, err := http.NewRequestWithContext(ContextWithOptions(ctx, WithHooks(log.hooks("request"))), method, url, body)
 	if err != nil {
 		panic(err)
 	}
@@ -223,23 +233,23 @@ func TestHooksAttemptEvents(t *testing.T) {
 		require.NoError(t, resp.Body.Close())
 
 		want := both(
-			AttemptStartInfo{Attempt: 1},
-			AttemptDoneInfo{Attempt: 1, Status: 503, Duration: 10 * time.Millisecond},
-			RetryInfo{Retry: 1, Delay: 100 * time.Millisecond},
-			AttemptStartInfo{Attempt: 2},
-			AttemptDoneInfo{Attempt: 2, Err: errConn, Duration: 25 * time.Millisecond},
-			RetryInfo{Retry: 2, Delay: 200 * time.Millisecond},
-			AttemptStartInfo{Attempt: 3},
-			AttemptDoneInfo{Attempt: 3, Status: 503, Duration: 5 * time.Millisecond},
-			RetryInfo{Retry: 3, Delay: 2 * time.Second, RetryAfter: true},
-			AttemptStartInfo{Attempt: 4},
-			AttemptDoneInfo{Attempt: 4, Status: 429},
+			startEv{Attempt: 1},
+			doneEv{Attempt: 1, Status: 503, Duration: 10 * time.Millisecond},
+			retryEv{Attempt: 1, Delay: 100 * time.Millisecond},
+			startEv{Attempt: 2},
+			doneEv{Attempt: 2, Err: errConn, Duration: 25 * time.Millisecond},
+			retryEv{Attempt: 2, Delay: 200 * time.Millisecond},
+			startEv{Attempt: 3},
+			doneEv{Attempt: 3, Status: 503, Duration: 5 * time.Millisecond},
+			retryEv{Attempt: 3, Delay: 2 * time.Second, RetryAfter: true},
+			startEv{Attempt: 4},
+			doneEv{Attempt: 4, Status: 429},
 			// A Retry-After of 5 s or more holds the key, to the clamp:
 			// not a change of the circuit.
-			RetryInfo{Retry: 4, Delay: 7 * time.Second, RetryAfter: true, Clamped: true},
-			AttemptStartInfo{Attempt: 5},
-			AttemptDoneInfo{Attempt: 5, Status: 503, Duration: time.Millisecond},
-			GiveUpInfo{Attempts: 5, Reason: ReasonAttemptsUsed, Status: 503},
+			retryEv{Attempt: 4, Delay: 7 * time.Second, RetryAfter: true, Clamped: true},
+			startEv{Attempt: 5},
+			doneEv{Attempt: 5, Status: 503, Duration: time.Millisecond},
+			giveUpEv{Attempt: 5, Reason: ReasonAttemptsUsed, Status: 503},
 		)
 		assert.Equal(t, want, log.take(t, req))
 		// 10+25+5+0+1 ms in the attempts, 100 ms+200 ms+2 s+7 s waiting.
@@ -255,8 +265,8 @@ func TestHooksPartial(t *testing.T) {
 		next := newHookFake(map[string][]hookStep{"/": {{status: 503}, {status: 200}}})
 		var starts []int
 		tr := New(next, WithBudget(nil), WithBreaker(nil), WithPolicy(immediate{}),
-			WithHooks(&Hooks{AttemptStart: func(i AttemptStartInfo) { starts = append(starts, i.Attempt) }}))
-		ctx := ContextWithHooks(t.Context(), nil)
+			WithHooks(&Hooks{AttemptStart: func(i Event) { starts = append(starts, i.Attempt) }}))
+		ctx := ContextWithOptions(t.Context(), WithHooks(nil))
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://host/", nil)
 		require.NoError(t, err)
 		resp, err := tr.RoundTrip(req)
@@ -292,10 +302,10 @@ func TestHooksNoGiveUpOnAnswer(t *testing.T) {
 				assert.Equal(t, final, resp.StatusCode)
 
 				ev := log.take(t, req)
-				assert.Empty(t, of[GiveUpInfo](ev), "GiveUp must not be called for a request ending on %d", final)
-				dones := of[AttemptDoneInfo](ev)
+				assert.Empty(t, of[giveUpEv](ev), "GiveUp must not be called for a request ending on %d", final)
+				dones := of[doneEv](ev)
 				require.Len(t, dones, 2*len(tc.steps), "AttemptDone at both levels")
-				assert.Equal(t, AttemptDoneInfo{Attempt: len(tc.steps), Status: final}, dones[len(dones)-1])
+				assert.Equal(t, doneEv{Attempt: len(tc.steps), Status: final}, dones[len(dones)-1])
 				assert.Empty(t, tr.Stats().GiveUps, "Stats.GiveUps")
 			})
 		})
@@ -315,7 +325,7 @@ func TestHooksGiveUpReasons(t *testing.T) {
 		body   func() io.Reader // nil: no body
 		// ctx derives the request's context; nil: the test's.
 		ctx     func(context.Context) (context.Context, context.CancelFunc)
-		want    GiveUpInfo
+		want    giveUpEv
 		retries int           // RetryScheduled events before the give-up
 		elapsed time.Duration // virtual time the request takes
 	}{
@@ -323,7 +333,7 @@ func TestHooksGiveUpReasons(t *testing.T) {
 			name:    "attempts_used",
 			opts:    []Option{WithMaxAttempts(2)},
 			steps:   []hookStep{{status: 503, retryAfter: "1"}},
-			want:    GiveUpInfo{Attempts: 2, Reason: ReasonAttemptsUsed, Status: 503},
+			want:    giveUpEv{Attempt: 2, Reason: ReasonAttemptsUsed, Status: 503},
 			retries: 1,
 			elapsed: time.Second,
 		},
@@ -331,7 +341,7 @@ func TestHooksGiveUpReasons(t *testing.T) {
 			name:  "budget_exhausted",
 			opts:  []Option{WithBudget(NewBudget(BudgetConfig{Ratio: -1, MinPerSecond: -1}))},
 			steps: []hookStep{{status: 503}},
-			want:  GiveUpInfo{Attempts: 1, Reason: ReasonBudgetExhausted, Status: 503},
+			want:  giveUpEv{Attempt: 1, Reason: ReasonBudgetExhausted, Status: 503},
 		},
 		{
 			// The server asks for 5 s; the caller has 1 s: return at once.
@@ -340,14 +350,14 @@ func TestHooksGiveUpReasons(t *testing.T) {
 			ctx: func(ctx context.Context) (context.Context, context.CancelFunc) {
 				return context.WithTimeout(ctx, time.Second)
 			},
-			want: GiveUpInfo{Attempts: 1, Reason: ReasonDeadline, Status: 503},
+			want: giveUpEv{Attempt: 1, Reason: ReasonDeadline, Status: 503},
 		},
 		{
 			name:   "not_idempotent",
 			method: http.MethodPost,
 			body:   func() io.Reader { return strings.NewReader("payload") },
 			steps:  []hookStep{{status: 503}},
-			want:   GiveUpInfo{Attempts: 1, Reason: ReasonNotIdempotent, Status: 503},
+			want:   giveUpEv{Attempt: 1, Reason: ReasonNotReplayable, Status: 503},
 		},
 		{
 			// io.NopCloser hides the strings.Reader, so NewRequest sets no
@@ -356,12 +366,12 @@ func TestHooksGiveUpReasons(t *testing.T) {
 			method: http.MethodPut,
 			body:   func() io.Reader { return io.NopCloser(strings.NewReader("payload")) },
 			steps:  []hookStep{{status: 503}},
-			want:   GiveUpInfo{Attempts: 1, Reason: ReasonBodyNotReplayable, Status: 503},
+			want:   giveUpEv{Attempt: 1, Reason: ReasonNotReplayable, Status: 503},
 		},
 		{
 			name:  "not_retryable",
 			steps: []hookStep{{err: certErr}},
-			want: GiveUpInfo{Attempts: 1, Reason: ReasonNotRetryable, Err: &Error{
+			want: giveUpEv{Attempt: 1, Reason: ReasonNotRetryable, Err: &Error{
 				Method: http.MethodGet, Key: "http://host", Attempts: 1, Reason: ReasonNotRetryable, Err: certErr, key: hostKey{Scheme: "http", Host: "host"},
 			}},
 		},
@@ -376,7 +386,7 @@ func TestHooksGiveUpReasons(t *testing.T) {
 				time.AfterFunc(time.Second, cancel)
 				return ctx, cancel
 			},
-			want: GiveUpInfo{Attempts: 1, Reason: ReasonContextDone, Err: &Error{
+			want: giveUpEv{Attempt: 1, Reason: ReasonContextDone, Err: &Error{
 				Method: http.MethodGet, Key: "http://host", Attempts: 1, Reason: ReasonContextDone, Err: context.Canceled, key: hostKey{Scheme: "http", Host: "host"},
 			}},
 			retries: 1,
@@ -417,14 +427,14 @@ func TestHooksGiveUpReasons(t *testing.T) {
 				}
 
 				ev := log.take(t, req)
-				gu := of[GiveUpInfo](ev)
+				gu := of[giveUpEv](ev)
 				require.Len(t, gu, 2, "GiveUp at both levels")
 				assert.Equal(t, both(tc.want), ev[len(ev)-2:], "GiveUp, last, transport's first")
 				if tc.want.Err != nil {
 					// The hook sees the very error the caller gets.
-					assert.Same(t, err, gu[0].Err, "GiveUpInfo.Err is the returned error")
+					assert.Same(t, err, gu[0].Err, "giveUpEv.Err is the returned error")
 				}
-				assert.Len(t, of[RetryInfo](ev), 2*tc.retries, "RetryScheduled events, both levels")
+				assert.Len(t, of[retryEv](ev), 2*tc.retries, "RetryScheduled events, both levels")
 				assert.Equal(t, tc.elapsed, elapsed, "virtual time of the request")
 				assert.Equal(t, map[Reason]uint64{tc.want.Reason: 1}, tr.Stats().GiveUps, "Stats.GiveUps")
 			})
@@ -443,7 +453,7 @@ func TestHooksCircuitChange(t *testing.T) {
 		next := newHookFake(map[string][]hookStep{"/": {{status: 503}, {status: 503}, {status: 200}}})
 		var log hookLog
 		// Trip on failure that lasts a second; stay open exactly 2 s.
-		br := NewBreaker(BreakerConfig{Span: time.Second, MinFailures: 1, OpenFor: 2 * time.Second, OpenJitter: -1})
+		br := NewBreaker(BreakerConfig{Span: time.Second, MinFailures: 1, OpenFor: 2 * time.Second, OpenJitter: -1, OnStateChange: log.onState()})
 		tr := newHookTransport(next, &log, WithBreaker(br), WithMaxAttempts(1))
 		do := func() (*http.Request, *http.Response, error) {
 			req := hookReq(t.Context(), &log, http.MethodGet, "http://host/", nil)
@@ -454,14 +464,14 @@ func TestHooksCircuitChange(t *testing.T) {
 			return req, resp, err
 		}
 		const host = "http://host"
-		failed := GiveUpInfo{Attempts: 1, Reason: ReasonAttemptsUsed, Status: 503}
+		failed := giveUpEv{Attempt: 1, Reason: ReasonAttemptsUsed, Status: 503}
 
 		// t = 0: the first failure starts the failure period.
 		req, _, err := do()
 		require.NoError(t, err)
 		assert.Equal(t, both(
-			AttemptStartInfo{Attempt: 1},
-			AttemptDoneInfo{Attempt: 1, Status: 503},
+			startEv{Attempt: 1},
+			doneEv{Attempt: 1, Status: 503},
 			failed,
 		), log.take(t, req), "t=0: no change yet")
 
@@ -470,9 +480,9 @@ func TestHooksCircuitChange(t *testing.T) {
 		req, _, err = do()
 		require.NoError(t, err)
 		assert.Equal(t, both(
-			AttemptStartInfo{Attempt: 1},
-			AttemptDoneInfo{Attempt: 1, Status: 503},
-			CircuitChangeInfo{Key: host, From: StateClosed, To: StateOpen, Until: start.Add(3 * time.Second)},
+			startEv{Attempt: 1},
+			doneEv{Attempt: 1, Status: 503},
+			circuitEv{Key: host, From: StateClosed, To: StateOpen, Until: start.Add(3 * time.Second)},
 			failed,
 		), log.take(t, req), "t=1s: closed -> open")
 
@@ -480,7 +490,7 @@ func TestHooksCircuitChange(t *testing.T) {
 		req, resp, err := do()
 		require.Nil(t, resp)
 		require.ErrorIs(t, err, ErrCircuitOpen)
-		assert.Equal(t, both(GiveUpInfo{Attempts: 0, Reason: ReasonCircuitOpen, Err: &Error{
+		assert.Equal(t, both(giveUpEv{Attempt: 0, Reason: ReasonCircuitOpen, Err: &Error{
 			Method: http.MethodGet, Key: "http://host", Attempts: 0, Reason: ReasonCircuitOpen, Err: ErrCircuitOpen,
 			Until: start.Add(3 * time.Second), key: hostKey{Scheme: "http", Host: "host"},
 		}}), log.take(t, req), "t=1s: refused")
@@ -493,10 +503,10 @@ func TestHooksCircuitChange(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, 200, resp.StatusCode)
 		assert.Equal(t, both(
-			CircuitChangeInfo{Key: host, From: StateOpen, To: StateHalfOpen},
-			AttemptStartInfo{Attempt: 1},
-			AttemptDoneInfo{Attempt: 1, Status: 200},
-			CircuitChangeInfo{Key: host, From: StateHalfOpen, To: StateClosed},
+			circuitEv{Key: host, From: StateOpen, To: StateHalfOpen},
+			startEv{Attempt: 1},
+			doneEv{Attempt: 1, Status: 200},
+			circuitEv{Key: host, From: StateHalfOpen, To: StateClosed},
 		), log.take(t, req), "t=3s: open -> half-open -> closed")
 
 		s := tr.Stats()
@@ -515,9 +525,9 @@ func TestHooksCircuitOpenWakesSleeper(t *testing.T) {
 			"/b": {{status: 503}},
 		})
 		start := time.Now()
-		br := NewBreaker(BreakerConfig{Span: time.Second, MinFailures: 1, OpenJitter: -1})
-		tr := New(next, WithBudget(nil), WithBreaker(br), WithPolicy(Exponential{Base: 4 * time.Second}), WithMaxWait(0))
 		var logA, logB hookLog
+		br := NewBreaker(BreakerConfig{Span: time.Second, MinFailures: 1, OpenJitter: -1, OnStateChange: logB.onState()})
+		tr := New(next, WithBudget(nil), WithBreaker(br), WithPolicy(Exponential{Base: 4 * time.Second}), WithMaxWait(0))
 
 		reqA := hookReq(t.Context(), &logA, http.MethodGet, "http://host/a", nil)
 		var (
@@ -550,20 +560,20 @@ func TestHooksCircuitOpenWakesSleeper(t *testing.T) {
 		wantErr := &Error{Method: http.MethodGet, Key: "http://host", Attempts: 1, Reason: ReasonCircuitOpen, Err: ErrCircuitOpen,
 			Until: opened, key: hostKey{Scheme: "http", Host: "host"}}
 		assert.Equal(t, []hookEvent{
-			{"request", AttemptStartInfo{Attempt: 1}},
-			{"request", AttemptDoneInfo{Attempt: 1, Status: 503}},
-			{"request", RetryInfo{Retry: 1, Delay: 4 * time.Second}},
-			{"request", GiveUpInfo{Attempts: 1, Reason: ReasonCircuitOpen, Err: wantErr}},
+			{"request", startEv{Attempt: 1}},
+			{"request", doneEv{Attempt: 1, Status: 503}},
+			{"request", retryEv{Attempt: 1, Delay: 4 * time.Second}},
+			{"request", giveUpEv{Attempt: 1, Reason: ReasonCircuitOpen, Err: wantErr}},
 		}, logA.take(t, reqA), "A")
 		assert.Equal(t, []hookEvent{
-			{"request", AttemptStartInfo{Attempt: 1}},
-			{"request", AttemptDoneInfo{Attempt: 1, Status: 503}},
-			{"request", CircuitChangeInfo{Key: "http://host", From: StateClosed, To: StateOpen, Until: opened}},
-			{"request", GiveUpInfo{Attempts: 1, Reason: ReasonNotIdempotent, Status: 503}},
+			{"request", startEv{Attempt: 1}},
+			{"request", doneEv{Attempt: 1, Status: 503}},
+			{"breaker", circuitEv{Key: "http://host", From: StateClosed, To: StateOpen, Until: opened}},
+			{"request", giveUpEv{Attempt: 1, Reason: ReasonNotReplayable, Status: 503}},
 		}, logB.take(t, reqB), "B")
 		s := tr.Stats()
 		assert.Equal(t, uint64(1), s.CircuitRejected, "the sleep the circuit ended")
-		assert.Equal(t, map[Reason]uint64{ReasonCircuitOpen: 1, ReasonNotIdempotent: 1}, s.GiveUps)
+		assert.Equal(t, map[Reason]uint64{ReasonCircuitOpen: 1, ReasonNotReplayable: 1}, s.GiveUps)
 	})
 }
 
@@ -577,7 +587,7 @@ func TestHooksNoRetryAfterOwnTrip(t *testing.T) {
 		start := time.Now()
 		next := newHookFake(map[string][]hookStep{"/": {{status: 503, retryAfter: "1"}}})
 		var log hookLog
-		br := NewBreaker(BreakerConfig{Span: time.Second, MinFailures: 1, OpenJitter: -1})
+		br := NewBreaker(BreakerConfig{Span: time.Second, MinFailures: 1, OpenJitter: -1, OnStateChange: log.onState()})
 		// The request deposits 2 tokens: one for the retry at t=0, one to
 		// spare.
 		budget := NewBudget(BudgetConfig{Ratio: 2, MinPerSecond: -1})
@@ -589,13 +599,13 @@ func TestHooksNoRetryAfterOwnTrip(t *testing.T) {
 		require.NoError(t, resp.Body.Close())
 
 		assert.Equal(t, both(
-			AttemptStartInfo{Attempt: 1},
-			AttemptDoneInfo{Attempt: 1, Status: 503},
-			RetryInfo{Retry: 1, Delay: time.Second, RetryAfter: true},
-			AttemptStartInfo{Attempt: 2},
-			AttemptDoneInfo{Attempt: 2, Status: 503},
-			CircuitChangeInfo{Key: "http://host", From: StateClosed, To: StateOpen, Until: start.Add(time.Second + defaultBreakerOpenFor)},
-			GiveUpInfo{Attempts: 2, Reason: ReasonCircuitOpen, Status: 503},
+			startEv{Attempt: 1},
+			doneEv{Attempt: 1, Status: 503},
+			retryEv{Attempt: 1, Delay: time.Second, RetryAfter: true},
+			startEv{Attempt: 2},
+			doneEv{Attempt: 2, Status: 503},
+			circuitEv{Key: "http://host", From: StateClosed, To: StateOpen, Until: start.Add(time.Second + defaultBreakerOpenFor)},
+			giveUpEv{Attempt: 2, Reason: ReasonCircuitOpen, Status: 503},
 		), log.take(t, req))
 		assert.Zero(t, tr.Stats().Delays[1].Count, "a delay counted for retry 2, which was never made")
 		assert.Equal(t, 1.0, budget.tokens(keyOf(req.URL), time.Now()), "tokens left: the spare one")
@@ -605,11 +615,12 @@ func TestHooksNoRetryAfterOwnTrip(t *testing.T) {
 // noopHooks has every callback set to a function that does nothing.
 func noopHooks() *Hooks {
 	return &Hooks{
-		AttemptStart:   func(AttemptStartInfo) {},
-		AttemptDone:    func(AttemptDoneInfo) {},
-		RetryScheduled: func(RetryInfo) {},
-		GiveUp:         func(GiveUpInfo) {},
-		CircuitChange:  func(CircuitChangeInfo) {},
+		AttemptStart:   func(Event) {},
+		AttemptDone:    func(Event) {},
+		RetryScheduled: func(Event) {},
+		GiveUp:         func(Event) {},
+		WaitDone:       func(Event) {},
+		Quota:          func(Event) {},
 	}
 }
 

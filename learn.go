@@ -24,15 +24,14 @@ const quotaSample = 64
 // every response that is not a success, every response the key's lane
 // reads (perkey.Lane.ReadsQuota), and a sample of the rest.
 func (r *retrier) readsQuota(resp *http.Response) bool {
-	if r.t.noQuota {
+	if len(r.s.throttleOn) == 0 { // WithAdaptiveRate(): nothing shapes the send rate
 		return false
 	}
 	return r.sampled || resp.StatusCode >= 300 || (r.lane != nil && r.lane.ReadsQuota())
 }
 
 // applyQuota reads the quota resp advertises and applies it to the
-// request's key (its quota partition, with WithQuotaPartition), whose
-// lane decides what it does to the key (perkey.Lane.Advertise). A cached response (Age above
+// request's key, whose lane decides what it does to the key (perkey.Lane.Advertise). A cached response (Age above
 // zero) tells what the server counted when it was made, not now, and
 // changes nothing.
 func (r *retrier) applyQuota(resp *http.Response) {
@@ -54,7 +53,7 @@ func (r *retrier) applyQuota(resp *http.Response) {
 	r.report(trs)
 	if r.hooks.any() {
 		v := l.View(now)
-		fire(r.hooks, (*Hooks).quota, QuotaInfo{Request: r.req, Key: r.keyOf().String(), Quotas: quotasOf(a), Rate: v.Rate, HeldUntil: a.HoldUntil})
+		fire(r.hooks, (*Hooks).quota, Event{Request: r.req, Key: r.keyOf().String(), Rate: v.Rate, HeldUntil: a.HoldUntil})
 	}
 }
 

@@ -252,7 +252,11 @@ func WithAttemptTimeout(d time.Duration) RequestOption {
 // add it with WithAdaptiveRate(429, 503). While 429 is among the statuses,
 // a 429 does not count toward tripping the key's circuit: the host is up
 // and asks for less, and a batch whose first burst is answered 429 at once
-// must not have its circuit opened. No status turns it off. A key
+// must not have its circuit opened. No status turns pacing off, that by
+// statuses and that by the quota a server advertises in its rate-limit
+// headers (RateLimit, X-RateLimit-* and the vendors' forms), which
+// otherwise holds a key while its quota is spent and paces it at the rate
+// the quota sustains. A key
 // that has never been throttled costs nothing beyond the look-up of its key's
 // lane, which a transport with a breaker makes anyway.
 func WithAdaptiveRate(statuses ...int) RequestOption {
@@ -274,12 +278,12 @@ func WithAdaptiveRate(statuses ...int) RequestOption {
 // are used rides out a key failing for less (see WithMaxAttempts).
 // When the wait ends unanswered, the caller gets what it would have got
 // without waiting (the last response, or an Error with the reason), and
-// GiveUpInfo and Error say how long it waited.
+// Event and Error say how long it waited.
 //
 // 0 waits for nothing on the request's behalf, as a dispatcher with its
 // own queue wants: a refusal of the budget or the circuit comes back at
 // once, and so does a wait a server asked for longer than 1 s (a
-// Retry-After, with ReasonRetryAfter; a hold, with ReasonHeld); the
+// Retry-After, or a hold, with ReasonHeld); the
 // caller asks RetryAt when to send the request again. The policy's own
 // delays are slept as drawn (at most 0.8 s each under the default).
 func WithMaxWait(d time.Duration) RequestOption {
@@ -323,14 +327,15 @@ func WithResponseBuffer(maxBytes int64) RequestOption {
 // WithConcurrencyLimit allows at most n attempts in flight (sent, response
 // headers not yet back) to one key, so that one slow tenant cannot hold
 // every connection and goroutine of the caller (a bulkhead). Attempts over
-// the limit wait their turn, until the request's context ends; with refuse
-// set they are refused at once instead, with an Error wrapping
-// ErrConcurrencyLimit, so that a dispatcher moves on to other work. 0 turns
-// it off (the default).
-func WithConcurrencyLimit(n int, refuse bool) Option {
+// the limit wait their turn, first come first served, until the request's
+// context ends; a request of WithMaxWait(0), which waits for nothing, is
+// refused at once instead (ReasonConcurrencyLimit), so that a dispatcher
+// with a fixed pool of workers moves on to other work. 0 turns it off
+// (the default).
+func WithConcurrencyLimit(n int) Option {
 	nonNegative("WithConcurrencyLimit", n)
 	return newTransportOption("WithConcurrencyLimit", func(t *Transport) {
-		t.s.inFlight = perkey.Limits{MaxInFlight: n, RefuseInFlight: refuse}
+		t.s.inFlight = perkey.Limits{MaxInFlight: n}
 	})
 }
 
@@ -360,7 +365,7 @@ func WithKey(f func(*http.Request) string) Option {
 // (milliseconds, which aws-sdk-go-v2 reads), and carries the header
 // X-Retryhttp-Local: circuit-open to mark it as made by this transport, not
 // by the server; its body is a JSON error object. GiveUp hooks see it with
-// GiveUpInfo.Local set, and Stats counts it in LocalResponses. A request
+// Event.Local set, and Stats counts it in LocalResponses. A request
 // first waits for the key to recover, as WithMaxWait allows, and gets the
 // local 503 if its wait ends unanswered; with WithMaxWait(0) it gets it at
 // once, so that the SDK's own backoff is all there is. Without this option
@@ -370,7 +375,7 @@ func WithCircuitOpenResponse() Option {
 	return newTransportOption("WithCircuitOpenResponse", func(t *Transport) { t.localOpen = true })
 }
 
-// WithFailingHorizon makes RetryAt answer ReasonGone (give the request
+// WithFailingHorizon makes RetryAt answer ReasonNotRetryable (give the request
 // up) for a failure of a key that has been failing for longer than d: its
 // circuit opened on failures that began more than d ago and has not closed
 // since. A dispatcher with its own queue uses it to disable an endpoint
@@ -382,43 +387,18 @@ func WithFailingHorizon(d time.Duration) Option {
 	return newTransportOption("WithFailingHorizon", func(t *Transport) { t.horizon = d })
 }
 
-// WithHooks sets hooks called for every request through the transport; nil
-// means none.
-func WithHooks(h *Hooks) Option {
-	return newTransportOption("WithHooks", func(t *Transport) { t.hooks = h })
-}
+// WithHooks sets hooks: given to New, called for every request through
+// the transport; through ContextWithOptions, for the requests made with
+// that context, after the transport's. nil means none.
+func WithHooks(h *Hooks) RequestOption { return hooksOption{h} }
 
-// WithQuotaPartition names the quota partition each request spends, for a
-// server that keeps several quotas on one host: one per API key (the pk of
-// the IETF RateLimit field), or per resource (GitHub's search and core).
-// Requests of different partitions are kept apart, as if their keys
-// differed: each partition has its own hold, send rate and circuit, so one
-// partition's exhausted quota does not slow the others. f returns the
-// partition; "" leaves the request in its key's own. nil, the default,
-// keeps one partition per key: a server's quotas for several partitions
-// then all apply to every request of the key.
-//
-//	retryhttp.WithQuotaPartition(func(r *http.Request) string {
-//		if strings.HasPrefix(r.URL.Path, "/search/") {
-//			return "search"
-//		}
-//		return "core"
-//	})
-//
-// f is called for every request, so it should be cheap; it must not
-// modify the request.
-func WithQuotaPartition(f func(*http.Request) string) Option {
-	return newTransportOption("WithQuotaPartition", func(t *Transport) { t.partFunc = f })
-}
+// hooksOption is WithHooks: the transport keeps its hooks, and a request's
+// are kept beside them, not in its settings.
+type hooksOption struct{ h *Hooks }
 
-// WithQuotaHeaders turns the reading of servers' rate-limit headers on
-// (the default) or off. On, a key whose server advertises its quota is
-// held while the quota is exhausted, until it resets, and paced at the
-// rate the quota sustains, so that a batch is not refused at all; off,
-// only 429s and Retry-After shape the key's send rate.
-func WithQuotaHeaders(on bool) Option {
-	return newTransportOption("WithQuotaHeaders", func(t *Transport) { t.noQuota = !on })
-}
+func (o hooksOption) applyTransport(t *Transport) { t.hooks = o.h }
+func (o hooksOption) applyRequest(*settings)      {}
+func (o hooksOption) String() string              { return "WithHooks" }
 
 // WithBreaker sets the circuit breaker; nil turns it off. New uses a fresh
 // NewBreaker(BreakerConfig{}) when this option is not given. Pass the same
@@ -469,14 +449,17 @@ func perRequestOf(ctx context.Context) *perRequest {
 //	ctx = retryhttp.ContextWithOptions(ctx, retryhttp.WithMaxAttempts(1)) // no retries for this call
 //
 // The options a request may take are the RequestOptions: those that shape
-// its own retries. Per-request hooks go through ContextWithHooks. Options
-// set again through a derived context add to the earlier ones, the later
+// its own retries, and WithHooks. Options set again through a derived context add to the earlier ones, the later
 // winning. A request with no options costs nothing more; one with options
 // pays for a copy of the transport's settings.
 func ContextWithOptions(ctx context.Context, opts ...RequestOption) context.Context {
 	pr := perRequestOf(ctx)
 	for _, o := range opts {
-		if o != nil {
+		switch o := o.(type) {
+		case nil:
+		case hooksOption:
+			pr.hooks = o.h
+		default:
 			pr.opts = append(pr.opts, o)
 		}
 	}
@@ -492,12 +475,4 @@ func (pr *perRequest) settings(base *settings) *settings {
 	}
 	s.stateful = stateful(s.policy)
 	return &s
-}
-
-// ContextWithHooks returns a copy of ctx carrying hooks for the requests made
-// with it, called beside the transport's own.
-func ContextWithHooks(ctx context.Context, h *Hooks) context.Context {
-	pr := perRequestOf(ctx)
-	pr.hooks = h
-	return context.WithValue(ctx, requestKey{}, pr)
 }

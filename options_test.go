@@ -33,11 +33,11 @@ func TestOptionRule(t *testing.T) {
 		{"WithBodyBuffer", WithBodyBuffer(0), func(t *Transport) bool { return t.s.bodyBuffer == 0 }, func() { WithBodyBuffer(-1) }, true, "off"},
 		{"WithAttemptTimeout", WithAttemptTimeout(0), func(t *Transport) bool { return t.s.attemptTimeout == 0 }, func() { WithAttemptTimeout(-time.Second) }, true, "off"},
 		{"WithAdaptiveRate", WithAdaptiveRate(), func(t *Transport) bool { return len(t.s.throttleOn) == 0 }, nil, true, "off"},
-		{"WithConcurrencyLimit", WithConcurrencyLimit(0, false), func(t *Transport) bool { return t.s.inFlight.MaxInFlight == 0 }, func() { WithConcurrencyLimit(-1, false) }, false, "off"},
+		{"WithConcurrencyLimit", WithConcurrencyLimit(0), func(t *Transport) bool { return t.s.inFlight.MaxInFlight == 0 }, func() { WithConcurrencyLimit(-1) }, false, "off"},
 		{"WithKey", WithKey(nil), func(t *Transport) bool { return t.keyFunc == nil }, nil, false, "the default key"},
 		{"WithBudget", WithBudget(nil), func(t *Transport) bool { return t.budget == nil }, nil, false, "off"},
 		{"WithBreaker", WithBreaker(nil), func(t *Transport) bool { return t.breaker == nil }, nil, false, "off"},
-		{"WithHooks", WithHooks(nil), func(t *Transport) bool { return t.hooks == nil }, nil, false, "none"},
+		{"WithHooks", WithHooks(nil), func(t *Transport) bool { return t.hooks == nil }, nil, true, "none"},
 		{"WithFleet", WithFleet(nil), func(t *Transport) bool { return t.fleet == nil }, nil, false, "none"},
 		{"WithCircuitOpenResponse", WithCircuitOpenResponse(), func(t *Transport) bool { return t.localOpen }, nil, false, "on (it takes no argument)"},
 	}

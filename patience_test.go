@@ -312,7 +312,7 @@ func TestHoldCoversTheRoute(t *testing.T) {
 					assert.Less(t, time.Since(start), 500*time.Millisecond)
 					// The held route itself stays held.
 					_, err = get(c.held[0], time.Second)
-					assert.ErrorIs(t, err, ErrHeld)
+					assert.ErrorIs(t, err, errHeld)
 					var e *Error
 					require.ErrorAs(t, err, &e)
 					at, why := tr.RetryAt(nil, err)
@@ -320,7 +320,7 @@ func TestHoldCoversTheRoute(t *testing.T) {
 					assert.False(t, at.Before(e.Until), "RetryAt %v, before the route's hold ends at %v", at, e.Until)
 					assert.Greater(t, e.Until.Sub(start), 9*time.Second, "Error.Until: the route's hold")
 				} else {
-					assert.ErrorIs(t, err, ErrHeld)
+					assert.ErrorIs(t, err, errHeld)
 				}
 				mu.Lock()
 				defer mu.Unlock()

@@ -42,10 +42,10 @@ func peerRun(t *testing.T, name string, f func(t *testing.T)) {
 }
 
 // peerGiveUp returns an option whose hooks record the reason of the last
-// give-up; it stays ReasonNone when the request ends without one.
+// give-up; it stays reasonNone when the request ends without one.
 func peerGiveUp() (Option, *Reason) {
 	r := new(Reason)
-	return WithHooks(&Hooks{GiveUp: func(i GiveUpInfo) { *r = i.Reason }}), r
+	return WithHooks(&Hooks{GiveUp: func(i Event) { *r = i.Reason }}), r
 }
 
 // peerReq returns a request; its error fails the test.
@@ -150,10 +150,10 @@ func TestPeerReplayabilityRows(t *testing.T) {
 		wantCalls         int
 		wantReason        Reason
 	}{
-		{"POST with only X-Idempotency-Key", "POST", "X-Idempotency-Key", false, 1, ReasonNotIdempotent},
-		{"control: POST with Idempotency-Key", "POST", "Idempotency-Key", false, 2, ReasonNone},
-		{"GET with a body without GetBody, no buffer", "GET", "X-Unrelated", true, 1, ReasonBodyNotReplayable},
-		{"control: GET with a body with GetBody", "GET", "X-Unrelated", false, 2, ReasonNone},
+		{"POST with only X-Idempotency-Key", "POST", "X-Idempotency-Key", false, 1, ReasonNotReplayable},
+		{"control: POST with Idempotency-Key", "POST", "Idempotency-Key", false, 2, reasonNone},
+		{"GET with a body without GetBody, no buffer", "GET", "X-Unrelated", true, 1, ReasonNotReplayable},
+		{"control: GET with a body with GetBody", "GET", "X-Unrelated", false, 2, reasonNone},
 	}
 	for _, c := range cases {
 		peerRun(t, c.name, func(t *testing.T) {
@@ -222,7 +222,7 @@ func TestPeerCallerBodyClosedOnce(t *testing.T) {
 		wantCalls  int
 		wantReason Reason
 	}{
-		{"success first time", nil, 0, 1, ReasonNone},
+		{"success first time", nil, 0, 1, reasonNone},
 		{"retries used up on 503", nil, 0, defaultMaxAttempts, ReasonAttemptsUsed},
 		{"cancelled during the backoff wait", []Option{WithPolicy(Exponential{Base: 10 * time.Second})}, 3 * time.Second, 1, ReasonContextDone},
 		{"budget exhausted", []Option{WithBudget(NewBudget(BudgetConfig{Ratio: -1, MinPerSecond: -1})), WithMaxWait(0)}, 0, 1, ReasonBudgetExhausted},
@@ -234,7 +234,7 @@ func TestPeerCallerBodyClosedOnce(t *testing.T) {
 			if c.cancelAt > 0 {
 				time.AfterFunc(c.cancelAt, cancel)
 			}
-			status := map[bool]int{true: 200, false: 503}[c.wantReason == ReasonNone]
+			status := map[bool]int{true: 200, false: 503}[c.wantReason == reasonNone]
 			next := newNext(reply{status: status})
 			req, bodies := peerCountedReq(t, ctx, testURL)
 			hooks, reason := peerGiveUp()
@@ -434,7 +434,7 @@ func TestPeerCertificateErrorNotRetried(t *testing.T) {
 	}
 	b := NewBreaker(BreakerConfig{})
 	var attempts atomic.Int32
-	untrusting := New(nil, WithBudget(nil), WithBreaker(b), WithHooks(&Hooks{AttemptStart: func(AttemptStartInfo) { attempts.Add(1) }}))
+	untrusting := New(nil, WithBudget(nil), WithBreaker(b), WithHooks(&Hooks{AttemptStart: func(Event) { attempts.Add(1) }}))
 	defer untrusting.CloseIdleConnections()
 	for i := range 3 {
 		resp, err := get(untrusting, "/")

@@ -79,7 +79,9 @@ func TestQuotaPartitionsIETF(t *testing.T) {
 	srv := &ietfServer{burst: 20, minute: 600, start: time.Now(), used: map[string]*[2]int{}, at: map[string]*[2]int{}, served: map[string]int{}}
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
-	tr := New(ts.Client().Transport, WithQuotaPartition(func(r *http.Request) string { return r.Header.Get("Authorization") }))
+	tr := New(ts.Client().Transport, WithKey(func(r *http.Request) string {
+		return r.URL.Scheme + "://" + r.URL.Host + "/" + r.Header.Get("Authorization")
+	}))
 	defer tr.CloseIdleConnections()
 
 	const perKey, workers = 40, 4

@@ -25,8 +25,8 @@ func TestQuotaApplied(t *testing.T) {
 		start := time.Now()
 		b := NewBreaker(BreakerConfig{})
 		var mu sync.Mutex
-		var seen []QuotaInfo
-		hooks := &Hooks{Quota: func(i QuotaInfo) { mu.Lock(); seen = append(seen, i); mu.Unlock() }}
+		var seen []Event
+		hooks := &Hooks{Quota: func(i Event) { mu.Lock(); seen = append(seen, i); mu.Unlock() }}
 		next := newNext(
 			reply{status: 200, header: ietf("100", "10", "50", "5")},
 			reply{status: 200, header: ietf("100", "10", "0", "3")},
@@ -39,11 +39,11 @@ func TestQuotaApplied(t *testing.T) {
 		require.NoError(t, err)
 		readBody(t, resp)
 		h := b.Host(key)
-		require.Equal(t, []Quota{{Partition: "", Limit: 100, Window: 10 * time.Second, Remaining: 50, Reset: start.Add(5 * time.Second)}}, h.Quotas)
+		require.Equal(t, []quota{{Partition: "", Limit: 100, Window: 10 * time.Second, Remaining: 50, Reset: start.Add(5 * time.Second)}}, quotasOfKey(b, key))
 		assert.InDelta(t, 0.95*10, h.Rate, 1e-9, "paced at its share of 100 per 10 s")
 		assert.True(t, h.HeldUntil.IsZero())
 		require.Len(t, seen, 1)
-		assert.Equal(t, QuotaInfo{Request: seen[0].Request, Key: key, Quotas: h.Quotas, Rate: h.Rate}, seen[0])
+		assert.Equal(t, Event{Request: seen[0].Request, Key: key, Rate: h.Rate}, seen[0])
 
 		// Nothing left: the key is held until the reset, first attempts
 		// included, and the next request goes after it.
@@ -92,7 +92,7 @@ func TestQuotaRules(t *testing.T) {
 			assert.Equal(t, start.Add(time.Second), b.Host(keyOf(mustParse(t, testURL)).String()).HeldUntil, "held by the Retry-After, not until the quota's reset")
 		})
 	})
-	t.Run("cached answers and headers off", func(t *testing.T) {
+	t.Run("cached answers and pacing off", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			cached := ietf("10", "60", "0", "20")
 			cached.Set("Age", "30")
@@ -102,7 +102,7 @@ func TestQuotaRules(t *testing.T) {
 				opts []Option
 			}{
 				{"cached", cached, nil},
-				{"off", ietf("10", "60", "0", "20"), []Option{WithQuotaHeaders(false)}},
+				{"off", ietf("10", "60", "0", "20"), []Option{WithAdaptiveRate()}},
 			} {
 				b := NewBreaker(BreakerConfig{})
 				tr := New(newNext(reply{status: 200, header: c.h}), append(c.opts, WithBreaker(b))...)
@@ -111,7 +111,7 @@ func TestQuotaRules(t *testing.T) {
 				readBody(t, resp)
 				h := b.Host(keyOf(mustParse(t, testURL)).String())
 				assert.Zero(t, tr.Stats().Quotas, c.name)
-				assert.Nil(t, h.Quotas, c.name)
+				assert.Nil(t, quotasOfKey(b, keyOf(mustParse(t, testURL)).String()), c.name)
 				assert.True(t, h.HeldUntil.IsZero(), c.name)
 			}
 		})
@@ -119,16 +119,23 @@ func TestQuotaRules(t *testing.T) {
 	t.Run("partitions", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			b := NewBreaker(BreakerConfig{})
-			part := func(r *http.Request) string { return r.Header.Get("X-Tenant") }
+			// A quota per tenant: the tenant's requests are a key of their own.
+			byTenant := func(r *http.Request) string {
+				k := r.URL.Scheme + "://" + r.URL.Host
+				if t := r.Header.Get("X-Tenant"); t != "" {
+					k += "/" + t
+				}
+				return k
+			}
 			tr := New(newNext(reply{status: 200, header: ietf("10", "60", "0", "20")}, reply{status: 200}),
-				WithBreaker(b), WithQuotaPartition(part))
+				WithBreaker(b), WithKey(byTenant))
 			req := newReq(t.Context(), http.MethodGet, nil)
 			req.Header.Set("X-Tenant", "a")
 			resp, err := tr.RoundTrip(req)
 			require.NoError(t, err)
 			readBody(t, resp)
 			key := keyOf(mustParse(t, testURL)).String()
-			assert.False(t, b.Host(key+"#a").HeldUntil.IsZero(), "partition a is held")
+			assert.False(t, b.Host(key+"/a").HeldUntil.IsZero(), "partition a is held")
 			assert.True(t, b.Host(key).HeldUntil.IsZero(), "the key's own partition is not")
 
 			start := time.Now()
@@ -192,16 +199,16 @@ func TestQuotaLearnsWindow(t *testing.T) {
 			readBody(t, resp)
 		}
 		send()
-		h := b.Host(key)
-		require.Len(t, h.Quotas, 1)
-		assert.Zero(t, h.Quotas[0].Window, "not advertised, not learned yet")
+		h, q := b.Host(key), quotasOfKey(b, key)
+		require.Len(t, q, 1)
+		assert.Zero(t, q[0].Window, "not advertised, not learned yet")
 		assert.InDelta(t, 0.95*400, h.Rate, 1e-9, "its remaining over its reset")
 
 		time.Sleep(time.Second)
 		send()
-		h = b.Host(key)
-		require.Len(t, h.Quotas, 1)
-		assert.Equal(t, time.Second, h.Quotas[0].Window, "learned: the reset moved by a second")
+		h, q = b.Host(key), quotasOfKey(b, key)
+		require.Len(t, q, 1)
+		assert.Equal(t, time.Second, q[0].Window, "learned: the reset moved by a second")
 		assert.InDelta(t, 0.95*500, h.Rate, 1e-9, "the window's rate")
 	})
 }
@@ -230,8 +237,32 @@ func TestQuotaNotModifiedIsNotCounted(t *testing.T) {
 			require.NoError(t, err)
 			readBody(t, resp)
 		}
-		q := b.Host(keyOf(mustParse(t, testURL)).String()).Quotas
+		q := quotasOfKey(b, keyOf(mustParse(t, testURL)).String())
 		require.Len(t, q, 1)
 		assert.Equal(t, int64(5000), q[0].Limit, "the quota stands")
 	})
+}
+
+// quota is one policy a key's server last advertised, as its lane keeps it.
+type quota struct {
+	Partition string
+	Limit     int64
+	Window    time.Duration
+	Remaining int64
+	Reset     time.Time
+}
+
+// quotasOfKey returns the policies the key's server last advertised; nil
+// for none.
+func quotasOfKey(b *Breaker, key string) []quota {
+	l := b.set.Peek(perkey.ParseKey(key))
+	if l == nil {
+		return nil
+	}
+	a := l.View(time.Now()).Quota
+	var out []quota
+	for _, p := range a.Policies[:a.N] {
+		out = append(out, quota{Partition: p.Partition, Limit: p.Limit, Window: p.Window, Remaining: p.Remaining, Reset: p.Reset})
+	}
+	return out
 }

@@ -68,9 +68,9 @@ func TestRequestOptions(t *testing.T) {
 	t.Run("options through a derived context add up, beside hooks", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			next := newNext(reply{status: 503}, reply{status: 503}, reply{status: 200})
-			var retries []RetryInfo
+			var retries []Event
 			ctx := ContextWithOptions(t.Context(), WithMaxAttempts(3))
-			ctx = ContextWithHooks(ctx, &Hooks{RetryScheduled: func(i RetryInfo) { retries = append(retries, i) }})
+			ctx = ContextWithOptions(ctx, WithHooks(&Hooks{RetryScheduled: func(i Event) { retries = append(retries, i) }}))
 			ctx = ContextWithOptions(ctx, WithPolicy(Exponential{Base: time.Second}))
 			start := time.Now()
 			resp, err := newT(next).RoundTrip(newReq(ctx, http.MethodGet, nil))
@@ -84,10 +84,12 @@ func TestRequestOptions(t *testing.T) {
 
 	t.Run("an option only a Transport takes does not compile", func(t *testing.T) {
 		t.Parallel()
-		out, err := compileCall(t, "retryhttp.WithMaxAttempts(1)")
-		require.NoError(t, err, "a RequestOption compiles: %s", out)
-		for _, o := range []string{"retryhttp.WithBreaker(nil)", "retryhttp.WithBudget(nil)", "retryhttp.WithHooks(nil)",
-			"retryhttp.WithKey(nil)", "retryhttp.WithFleet(nil)", "retryhttp.WithConcurrencyLimit(1, false)", "retryhttp.WithCircuitOpenResponse()"} {
+		for _, o := range []string{"retryhttp.WithMaxAttempts(1)", "retryhttp.WithHooks(nil)"} {
+			out, err := compileCall(t, o)
+			require.NoError(t, err, "a RequestOption compiles: %s", out)
+		}
+		for _, o := range []string{"retryhttp.WithBreaker(nil)", "retryhttp.WithBudget(nil)",
+			"retryhttp.WithKey(nil)", "retryhttp.WithFleet(nil)", "retryhttp.WithConcurrencyLimit(1)", "retryhttp.WithCircuitOpenResponse()"} {
 			out, err := compileCall(t, o)
 			require.Error(t, err, "ContextWithOptions(ctx, %s) compiled", o)
 			assert.Contains(t, out, "does not implement retryhttp.RequestOption", "%s", o)
@@ -114,12 +116,13 @@ func TestRequestKeyByBucket(t *testing.T) {
 			return http.StatusOK, nil
 		})
 		var opened []string
-		tr := New(next, WithBudget(nil), WithBreaker(NewBreaker(bkConfig())), WithKey(bucketKey), WithMaxWait(0),
-			WithHooks(&Hooks{CircuitChange: func(i CircuitChangeInfo) {
-				if i.To == StateOpen {
-					opened = append(opened, i.Key)
-				}
-			}}))
+		cfg := bkConfig()
+		cfg.OnStateChange = func(i Event) {
+			if i.To == StateOpen {
+				opened = append(opened, i.Key)
+			}
+		}
+		tr := New(next, WithBudget(nil), WithBreaker(NewBreaker(cfg)), WithKey(bucketKey), WithMaxWait(0))
 		get := func(path string) (int, error) { return bkDo(t.Context(), tr, "http://s3.test"+path) }
 		for i := 0; len(opened) == 0; i++ {
 			require.Less(t, i, 10, "the bad bucket's circuit never opened")
@@ -146,17 +149,17 @@ func TestRequestCircuitOpenResponse(t *testing.T) {
 		b := NewBreaker(bkConfig())
 		bkTrip(t, bkLane(b, testURL))
 		time.Sleep(2 * time.Second) // open for 3 s more
-		var gaveUp GiveUpInfo
+		var gaveUp Event
 		next := newNext(reply{status: 200})
 		tr := New(next, WithBudget(nil), WithBreaker(b), WithCircuitOpenResponse(), WithRetryAfterSpread(0), WithMaxWait(0),
-			WithHooks(&Hooks{GiveUp: func(i GiveUpInfo) { gaveUp = i }}))
+			WithHooks(&Hooks{GiveUp: func(i Event) { gaveUp = i }}))
 		req := newReq(t.Context(), http.MethodGet, nil)
 		resp, err := tr.RoundTrip(req)
 		require.NoError(t, err)
 		assert.Zero(t, next.calls(), "attempts")
 		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 		assert.Same(t, req, resp.Request)
-		assert.Equal(t, "circuit-open", resp.Header.Get(LocalHeader))
+		assert.Equal(t, "circuit-open", resp.Header.Get(localHeader))
 		assert.Equal(t, "3", resp.Header.Get("Retry-After"))
 		assert.Equal(t, strconv.Itoa(3000), resp.Header.Get("Retry-After-Ms"))
 		assert.Equal(t, "3000", resp.Header.Get("X-Amz-Retry-After"))
@@ -165,7 +168,7 @@ func TestRequestCircuitOpenResponse(t *testing.T) {
 		}
 		require.NoError(t, json.Unmarshal([]byte(readBody(t, resp)), &body))
 		assert.Equal(t, "circuit_open", body.Error.Code)
-		assert.True(t, gaveUp.Local, "GiveUpInfo.Local")
+		assert.True(t, gaveUp.Local, "Event.Local")
 		assert.Equal(t, ReasonCircuitOpen, gaveUp.Reason)
 		assert.Equal(t, uint64(1), tr.Stats().LocalResponses)
 
@@ -197,7 +200,7 @@ func TestRequestNoOptionsAllocs(t *testing.T) {
 	tr := New(newOKNext())
 	for name, ctx := range map[string]context.Context{
 		"background":   context.Background(),
-		"hooks only":   ContextWithHooks(context.Background(), &Hooks{}),
+		"hooks only":   ContextWithOptions(context.Background(), WithHooks(&Hooks{})),
 		"with options": ContextWithOptions(context.Background(), WithMaxAttempts(2)),
 	} {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://example.test/", nil)

@@ -62,7 +62,7 @@ func TestResponseBufferCutBody(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			srv, served := cutServer(t, body, 300_000, 1, c.chunked)
 			var attemptErrs []error
-			hooks := &Hooks{AttemptDone: func(i AttemptDoneInfo) { attemptErrs = append(attemptErrs, i.Err) }}
+			hooks := &Hooks{AttemptDone: func(i Event) { attemptErrs = append(attemptErrs, i.Err) }}
 			tr := New(nil, append([]Option{WithPolicy(immediate{}), WithHooks(hooks)}, c.opts...)...)
 			defer tr.CloseIdleConnections()
 			req, err := http.NewRequestWithContext(t.Context(), c.method, srv.URL, nil)

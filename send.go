@@ -28,7 +28,7 @@ func (r *retrier) send() (*http.Response, error) {
 	if hooked {
 		// Until it is sent (AttemptStart may panic) the body is the
 		// transport's to close.
-		fire(r.hooks, (*Hooks).attemptStart, AttemptStartInfo{Request: r.req, Attempt: r.attempts})
+		fire(r.hooks, (*Hooks).attemptStart, Event{Request: r.req, Attempt: r.attempts})
 		start = time.Now()
 	}
 	areq := r.body.Take() // the next RoundTripper closes its body
@@ -50,7 +50,7 @@ func (r *retrier) send() (*http.Response, error) {
 	}
 	r.resp = resp
 	if hooked {
-		done := AttemptDoneInfo{Request: r.req, Attempt: r.attempts, Err: err, Duration: headers}
+		done := Event{Request: r.req, Attempt: r.attempts, Err: err, Duration: headers}
 		switch {
 		case resp != nil:
 			done.Status = resp.StatusCode

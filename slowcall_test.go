@@ -77,7 +77,7 @@ func getWithin(tr *Transport, d time.Duration) error {
 // opened records whether the breaker's circuits ever opened.
 func opened() (*atomic.Bool, BreakerConfig) {
 	var o atomic.Bool
-	return &o, BreakerConfig{OnStateChange: func(i CircuitChangeInfo) {
+	return &o, BreakerConfig{OnStateChange: func(i Event) {
 		if i.To == StateOpen {
 			o.Store(true)
 		}

@@ -75,9 +75,8 @@ type DelayHistogram struct {
 	Retry int           // the retry number, 1 for the first retry; the last histogram holds this and every later one
 	Count uint64        // delays counted
 	Sum   time.Duration // their sum
-	// Counts[i] counts the delays d with Bounds[i-1] <= d < Bounds[i]
-	// (Bounds[-1] being 0). The bounds are the same for every histogram:
-	// see DelayBucketBounds.
+	// Counts[i] counts the delays d with Bounds()[i-1] <= d < Bounds()[i]
+	// (Bounds()[-1] being 0).
 	Counts []uint64
 }
 
@@ -107,10 +106,10 @@ const (
 	delayRetries    = 16 // retry numbers with a histogram of their own
 )
 
-// DelayBucketBounds returns the exclusive upper bounds of the buckets of
-// every DelayHistogram: 1 ms; then eight equal steps per doubling up to
-// 65.536 s; the last bound is the largest Duration.
-func DelayBucketBounds() []time.Duration {
+// Bounds returns the exclusive upper bounds of the buckets of Counts, the
+// same for every histogram: 1 ms; then eight equal steps per doubling up
+// to 65.536 s; the last bound is the largest Duration.
+func (DelayHistogram) Bounds() []time.Duration {
 	b := make([]time.Duration, delayBuckets)
 	b[0] = time.Millisecond
 	for k := range delayOctaves {

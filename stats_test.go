@@ -26,7 +26,7 @@ type statsCall struct {
 	// ctx derives the request's context from the test's; nil: the test's.
 	ctx        func(context.Context) (context.Context, context.CancelFunc)
 	wantStatus int           // the status returned; 0: an error is returned
-	wantReason Reason        // the reason given to GiveUp; ReasonNone: not called
+	wantReason Reason        // the reason given to GiveUp; reasonNone: not called
 	after      time.Duration // virtual time to wait before the next call
 }
 
@@ -74,13 +74,13 @@ func TestStatsCounters(t *testing.T) {
 			// tokens 1.
 			{name: "404", method: "GET", url: "http://a.test/404", wantStatus: 404},
 			// tokens 2.
-			{name: "post", method: "POST", url: "http://a.test/post", body: strings.NewReader("x"), wantStatus: 503, wantReason: ReasonNotIdempotent},
+			{name: "post", method: "POST", url: "http://a.test/post", body: strings.NewReader("x"), wantStatus: 503, wantReason: ReasonNotReplayable},
 			// tokens 3.
 			{name: "cert", method: "GET", url: "http://a.test/cert", wantReason: ReasonNotRetryable},
 			// tokens 4, then 1: three retries at once, four attempts.
 			{name: "used", method: "GET", url: "http://a.test/used", wantStatus: 503, wantReason: ReasonAttemptsUsed},
 			// tokens 2.
-			{name: "put", method: "PUT", url: "http://a.test/put", body: io.NopCloser(strings.NewReader("x")), wantStatus: 503, wantReason: ReasonBodyNotReplayable},
+			{name: "put", method: "PUT", url: "http://a.test/put", body: io.NopCloser(strings.NewReader("x")), wantStatus: 503, wantReason: ReasonNotReplayable},
 			// tokens 3: a Retry-After of 1 s does not fit in 0.5 s.
 			{name: "deadline", method: "GET", url: "http://a.test/deadline", wantStatus: 503, wantReason: ReasonDeadline,
 				ctx: func(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -94,9 +94,9 @@ func TestStatsCounters(t *testing.T) {
 					return ctx, cancel
 				}},
 			// tokens 4. c.test's failure period starts.
-			{name: "trip_1", method: "POST", url: "http://c.test/trip", wantStatus: 503, wantReason: ReasonNotIdempotent, after: time.Minute},
+			{name: "trip_1", method: "POST", url: "http://c.test/trip", wantStatus: 503, wantReason: ReasonNotReplayable, after: time.Minute},
 			// tokens 5. A minute on: the circuit opens.
-			{name: "trip_2", method: "POST", url: "http://c.test/trip", wantStatus: 503, wantReason: ReasonNotIdempotent},
+			{name: "trip_2", method: "POST", url: "http://c.test/trip", wantStatus: 503, wantReason: ReasonNotReplayable},
 			// tokens 6. Refused: no attempt.
 			{name: "refused", method: "GET", url: "http://c.test/refused", wantReason: ReasonCircuitOpen},
 		}
@@ -108,7 +108,7 @@ func TestStatsCounters(t *testing.T) {
 				defer cancel()
 			}
 			var reasons []Reason
-			ctx = ContextWithHooks(ctx, &Hooks{GiveUp: func(i GiveUpInfo) { reasons = append(reasons, i.Reason) }})
+			ctx = ContextWithOptions(ctx, WithHooks(&Hooks{GiveUp: func(i Event) { reasons = append(reasons, i.Reason) }}))
 			req, err := http.NewRequestWithContext(ctx, c.method, c.url, c.body)
 			require.NoError(t, err, c.name)
 			resp, err := tr.RoundTrip(req)
@@ -119,7 +119,7 @@ func TestStatsCounters(t *testing.T) {
 				assert.Equal(t, c.wantStatus, resp.StatusCode, c.name)
 				require.NoError(t, resp.Body.Close())
 			}
-			if c.wantReason == ReasonNone {
+			if c.wantReason == reasonNone {
 				assert.Empty(t, reasons, "%s: GiveUp", c.name)
 			} else {
 				assert.Equal(t, []Reason{c.wantReason}, reasons, "%s: GiveUp", c.name)
@@ -144,14 +144,13 @@ func TestStatsCounters(t *testing.T) {
 			BudgetDenied:      1,
 			CircuitRejected:   1,
 			GiveUps: map[Reason]uint64{
-				ReasonBudgetExhausted:   1,
-				ReasonNotIdempotent:     3,
-				ReasonNotRetryable:      1,
-				ReasonAttemptsUsed:      1,
-				ReasonBodyNotReplayable: 1,
-				ReasonDeadline:          1,
-				ReasonContextDone:       1,
-				ReasonCircuitOpen:       1,
+				ReasonBudgetExhausted: 1,
+				ReasonNotReplayable:   4, // 3 not idempotent, 1 body not replayable
+				ReasonNotRetryable:    1,
+				ReasonAttemptsUsed:    1,
+				ReasonDeadline:        1,
+				ReasonContextDone:     1,
+				ReasonCircuitOpen:     1,
 			},
 		}, s)
 
@@ -208,7 +207,7 @@ func TestStatsDelayHistogramFullJitter(t *testing.T) {
 
 		s := tr.Stats()
 		require.Equal(t, uint64(requests*(attempts-1)), s.Retries, "retries")
-		bounds := DelayBucketBounds()
+		bounds := DelayHistogram{}.Bounds()
 		for n := 1; n < attempts; n++ {
 			h := s.Delays[n-1]
 			bound := fullJitterBound(n)
@@ -270,7 +269,7 @@ func TestStatsDelayHistogramRetryAfterZero(t *testing.T) {
 		assert.Equal(t, uint64(requests*attempts), s.RetryAfterSeen, "every response carried a Retry-After, the last attempts' too")
 		for n := 1; n < attempts; n++ {
 			h := s.Delays[n-1]
-			want := make([]uint64, len(DelayBucketBounds()))
+			want := make([]uint64, len(DelayHistogram{}.Bounds()))
 			want[0] = requests
 			assert.Equal(t, uint64(requests), h.Count, "retry %d", n)
 			assert.Zero(t, h.Sum, "retry %d", n)
@@ -279,11 +278,11 @@ func TestStatsDelayHistogramRetryAfterZero(t *testing.T) {
 	})
 }
 
-// TestStatsDelayBucket checks delayBucket against DelayBucketBounds: bucket
+// TestStatsDelayBucket checks delayBucket against DelayHistogram.Bounds: bucket
 // i holds [bounds[i-1], bounds[i]), so every bound falls in the next bucket
 // and the nanosecond below it in its own.
 func TestStatsDelayBucket(t *testing.T) {
-	b := DelayBucketBounds()
+	b := DelayHistogram{}.Bounds()
 	require.Len(t, b, delayBuckets)
 	assert.Equal(t, time.Millisecond, b[0], "bucket 0 is [0, 1ms)")
 	assert.Equal(t, 1125*time.Microsecond, b[1], "eight steps per doubling")

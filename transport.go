@@ -21,14 +21,9 @@ type Transport struct {
 	breaker *Breaker // nil: no circuits
 	// keyFunc computes a request's key; nil: scheme://host[:port].
 	keyFunc func(*http.Request) string
-	// partFunc names a request's quota partition, kept apart within its
-	// key; nil: one partition per key.
-	partFunc func(*http.Request) string
-	// noQuota: responses are not read for the quota they advertise.
-	noQuota bool
 	// localOpen: a request an open circuit refuses gets a local 503.
 	localOpen bool
-	// horizon: RetryAt answers ReasonGone for a key failing longer; 0: never.
+	// horizon: RetryAt answers ReasonNotRetryable for a key failing longer; 0: never.
 	horizon time.Duration
 	fleet   *Fleet // nil: this process alone
 	// lanes holds what is kept per key: the breaker's own lanes, or,
@@ -136,7 +131,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// Learn: what the outcome is, and what the key learns from it.
 		v := classify(req, resp, err, r.s.retryIf)
 		if r.learn(&v, resp); v.success() {
-			return r.finish(resp, nil, ReasonNone, nil)
+			return r.finish(resp, nil, reasonNone, nil)
 		}
 		// Decide whether a retry follows, and when, before anything is
 		// drained: a request that stops hands back its last response.
@@ -265,7 +260,7 @@ func (r *retrier) finish(resp *http.Response, attemptErr error, reason Reason, c
 	if resp != nil {
 		resp.Request = r.req
 	}
-	if reason == ReasonNone {
+	if reason == reasonNone {
 		if r.waits.any {
 			r.t.stats.wait.delivered.Add(1)
 		}
@@ -277,7 +272,7 @@ func (r *retrier) finish(resp *http.Response, attemptErr error, reason Reason, c
 	if r.waits.any {
 		r.t.stats.wait.gaveUp.Add(1)
 	}
-	info := GiveUpInfo{Request: r.req, Attempts: r.attempts, Reason: reason, Waited: r.waits.total}
+	info := Event{Request: r.req, Attempt: r.attempts, Reason: reason, Waited: r.waits.total}
 	if resp == nil && (reason == ReasonCircuitOpen || reason == ReasonHeld) && r.t.localOpen && r.lane != nil {
 		resp = localOpenResponse(r.req, r.keyOf(), r.probeAt(cause), r.s.retryAfterSpread, reason)
 		r.resp = resp
@@ -320,11 +315,6 @@ func (t *Transport) requestKey(req *http.Request) hostKey {
 		k = perkey.ParseKey(t.keyFunc(req))
 	} else {
 		k = perkey.KeyOf(req.URL)
-	}
-	if t.partFunc != nil {
-		if p := t.partFunc(req); p != "" {
-			k = perkey.Key{Host: k.String() + "#" + p}
-		}
 	}
 	return k
 }

@@ -202,7 +202,7 @@ func TestTransportPostAndPatch(t *testing.T) {
 						e := asError(t, err)
 						assert.Equal(t, k.wantCalls, e.Attempts, "Error.Attempts")
 						if k.wantCalls == 1 {
-							assert.Equal(t, ReasonNotIdempotent, e.Reason, "Error.Reason")
+							assert.Equal(t, ReasonNotReplayable, e.Reason, "Error.Reason")
 						}
 					})
 				})

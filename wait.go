@@ -14,7 +14,7 @@ import (
 
 // queue waits in the key's queue after the budget refused the retry
 // (cause ReasonBudgetExhausted), or because others already wait (cause
-// ReasonNone).
+// reasonNone).
 func (r *retrier) queue(cause Reason) error {
 	trs, err := r.waitFor(cause, r.laneOf().Queue)
 	r.report(trs)
@@ -63,12 +63,12 @@ func (r *retrier) keep(resp *http.Response) {
 // An answer that retrying cannot change gives the zero time and
 // ReasonNotRetryable: never send it again as it is. That is a response of
 // 400 or above that WithRetryIf does not retry (a 400, 401 or 404 under
-// the default), and an Error that stopped for that reason (a certificate
-// error, say). A 410 Gone, and a failure of a key that has been failing
-// for longer than WithFailingHorizon, give the zero time and ReasonGone:
-// give the request up (a dispatcher disables the endpoint). A success, an
+// the default), a 410 Gone, an Error that stopped for that reason (a
+// certificate error, say), and a failure of a key that has been failing
+// for longer than WithFailingHorizon (a dispatcher disables the
+// endpoint). A success, an
 // answer below 400 and an error nothing explains give the zero time and
-// ReasonNone: retry at once, or not at all, as the caller's own policy
+// the zero Reason: retry at once, or not at all, as the caller's own policy
 // says. An isolated key gives the zero time and ReasonCircuitOpen: no
 // instant is known.
 func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Reason) {
@@ -105,21 +105,21 @@ func (t *Transport) retryAt(resp *http.Response, err error) (time.Time, Reason) 
 	now := time.Now()
 	switch {
 	case resp != nil && resp.StatusCode == http.StatusGone:
-		return time.Time{}, ReasonGone
+		return time.Time{}, ReasonNotRetryable
 	case resp != nil:
 		if resp.Request == nil || resp.Request.URL == nil {
-			return time.Time{}, ReasonNone
+			return time.Time{}, reasonNone
 		}
 		if !t.s.retryIf(resp, nil) {
 			if resp.StatusCode >= 400 {
 				return time.Time{}, ReasonNotRetryable
 			}
-			return time.Time{}, ReasonNone
+			return time.Time{}, reasonNone
 		}
 		k = t.requestKey(resp.Request)
-		if resp.Header.Get(LocalHeader) == "" {
+		if resp.Header.Get(localHeader) == "" {
 			if w := header.RetryAfter(resp.Header, now, t.retryAtLimit()); w.OK {
-				at, why = now.Add(w.WithSpread(t.s.retryAfterSpread)), ReasonRetryAfter
+				at, why = now.Add(w.WithSpread(t.s.retryAfterSpread)), ReasonHeld
 			}
 		}
 		limit = true
@@ -129,7 +129,7 @@ func (t *Transport) retryAt(resp *http.Response, err error) (time.Time, Reason) 
 			return time.Time{}, ReasonNotRetryable
 		}
 		if e == nil || e.key == (hostKey{}) {
-			return time.Time{}, ReasonNone
+			return time.Time{}, reasonNone
 		}
 		k = e.key
 		limit = e.Reason == ReasonBudgetExhausted
@@ -143,7 +143,7 @@ func (t *Transport) retryAt(resp *http.Response, err error) (time.Time, Reason) 
 	if l != nil {
 		v := l.View(now)
 		if t.horizon > 0 && !v.FailingSince.IsZero() && now.Sub(v.FailingSince) > t.horizon {
-			return time.Time{}, ReasonGone
+			return time.Time{}, ReasonNotRetryable
 		}
 		if v.Isolated {
 			return time.Time{}, ReasonCircuitOpen
@@ -167,11 +167,11 @@ func (t *Transport) retryAt(resp *http.Response, err error) (time.Time, Reason) 
 				at, why = c, ReasonCircuitOpen
 			}
 		}
-		if why == ReasonNone && v.Paced {
+		if why == reasonNone && v.Paced {
 			// A throttled key is sent to at the rate it admits: the budget
 			// and the policy's spread would only leave it idle. Come back
 			// about when the queue ahead is through.
-			return now.Add(v.Ahead), ReasonPaced
+			return now.Add(v.Ahead), ReasonHeld
 		}
 	}
 	if limit && t.budget != nil {

@@ -56,11 +56,11 @@ func (d *downFor) between(from, to time.Duration) int {
 func TestWaitPlainCallerBlip(t *testing.T) {
 	t.Parallel() // heavy; shares nothing with other tests
 	const n = 2000
-	run := func(opts ...Option) (delivered int, next *downFor, st Stats, waits []WaitInfo) {
+	run := func(opts ...Option) (delivered int, next *downFor, st Stats, waits []Event) {
 		synctest.Test(t, func(t *testing.T) {
 			next = &downFor{start: time.Now(), down: time.Second}
 			var mu sync.Mutex
-			hooks := &Hooks{WaitDone: func(w WaitInfo) {
+			hooks := &Hooks{WaitDone: func(w Event) {
 				mu.Lock()
 				waits = append(waits, w)
 				mu.Unlock()
@@ -101,7 +101,7 @@ func TestWaitPlainCallerBlip(t *testing.T) {
 	for _, w := range waits {
 		assert.True(t, w.Released)
 		assert.Equal(t, "http://example.test", w.Key)
-		assert.Contains(t, []Reason{ReasonBudgetExhausted, ReasonCircuitOpen, ReasonNone}, w.Cause)
+		assert.Contains(t, []Reason{ReasonBudgetExhausted, ReasonCircuitOpen, reasonNone}, w.Reason)
 		sum += w.Waited
 	}
 	assert.Equal(t, st.WaitTime, sum, "WaitTime is the sum of the waits")
@@ -112,7 +112,7 @@ func TestWaitPlainCallerBlip(t *testing.T) {
 }
 
 // uniqueRequests returns the distinct requests of waits.
-func uniqueRequests(waits []WaitInfo) map[*http.Request]bool {
+func uniqueRequests(waits []Event) map[*http.Request]bool {
 	m := map[*http.Request]bool{}
 	for _, w := range waits {
 		m[w.Request] = true
@@ -132,7 +132,7 @@ func TestWaitSustainedOutage(t *testing.T) {
 		var mu sync.Mutex
 		var opens int
 		var trip time.Duration = -1
-		hooks := &Hooks{CircuitChange: func(c CircuitChangeInfo) {
+		onState := func(c Event) {
 			mu.Lock()
 			defer mu.Unlock()
 			if c.To == StateOpen {
@@ -141,8 +141,8 @@ func TestWaitSustainedOutage(t *testing.T) {
 					trip = time.Since(next.start)
 				}
 			}
-		}}
-		tr := New(next, WithHooks(hooks), WithBudget(nil))
+		}
+		tr := New(next, WithBreaker(NewBreaker(BreakerConfig{OnStateChange: onState})), WithBudget(nil))
 		type result struct {
 			resp    *http.Response
 			err     error
@@ -210,7 +210,7 @@ func TestWaitDispatcherNever(t *testing.T) {
 		require.NoError(t, err)
 		readBody(t, resp)
 		at, why := gone.RetryAt(resp, nil)
-		assert.Equal(t, ReasonGone, why, "410 Gone")
+		assert.Equal(t, ReasonNotRetryable, why, "410 Gone")
 		assert.True(t, at.IsZero())
 
 		start := time.Now()
@@ -237,7 +237,7 @@ func TestWaitDispatcherNever(t *testing.T) {
 		// A day later, still failing: give it up.
 		time.Sleep(25 * time.Hour)
 		at, why = send()
-		assert.Equal(t, ReasonGone, why, "failing for a day")
+		assert.Equal(t, ReasonNotRetryable, why, "failing for a day")
 		assert.True(t, at.IsZero())
 		assert.Equal(t, start, b.Host(host.Key).FailingSince, "still failing since the first failure")
 	})

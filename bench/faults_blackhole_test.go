@@ -63,7 +63,7 @@ func testBlackHole(t *testing.T, tp *toxiproxy, b burst) faultRow {
 	x.addToxic(t, "blackhole", "timeout", "downstream", map[string]any{"timeout": 0})
 
 	c := newCounted()
-	tr := retryhttp.New(nil, retryhttp.WithHooks(c.hooks()))
+	tr := retryhttp.New(nil, retryhttp.WithHooks(c.hooks()), c.breaker())
 	t.Cleanup(tr.CloseIdleConnections)
 	client := &http.Client{Transport: tr}
 

@@ -47,7 +47,7 @@ func cutCases() []cutCase {
 // The toxic must cut the first attempt's body only, so that a retry can
 // succeed. limit_data counts per connection (each new connection starts
 // from zero), so it would cut every attempt. Instead the request's own
-// AttemptStart hook (ContextWithHooks, beside whatever the transport
+// AttemptStart hook (WithHooks through ContextWithOptions, beside whatever the transport
 // has) removes the toxic before any attempt after the first is sent: hooks
 // run synchronously on the request's goroutine, so the removal has taken
 // effect on every connection, live and new, before the retry dials or
@@ -83,12 +83,12 @@ func cutOne(t *testing.T, tp *toxiproxy, name string, body []byte, cc cutCase) f
 	removeErr := make(chan error, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ctx = retryhttp.ContextWithHooks(ctx, &retryhttp.Hooks{AttemptStart: func(i retryhttp.AttemptStartInfo) {
+	ctx = retryhttp.ContextWithOptions(ctx, retryhttp.WithHooks(&retryhttp.Hooks{AttemptStart: func(i retryhttp.Event) {
 		attempts.Add(1)
 		if i.Attempt >= 2 && removed.CompareAndSwap(false, true) {
 			removeErr <- x.removeToxic("cut")
 		}
-	}})
+	}}))
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, x.url("/blob"), nil)
 	require.NoError(t, err)
 	start := time.Now()

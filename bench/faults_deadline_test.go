@@ -35,9 +35,7 @@ func testShortDeadline(t *testing.T, tp *toxiproxy) faultRow {
 
 	c := newCounted()
 	br := retryhttp.NewBreaker(retryhttp.BreakerConfig{OnStateChange: c.changed})
-	hooks := c.hooks()
-	hooks.CircuitChange = nil // the breaker's OnStateChange records every change once
-	tr := retryhttp.New(nil, retryhttp.WithBreaker(br), retryhttp.WithHooks(hooks))
+	tr := retryhttp.New(nil, retryhttp.WithBreaker(br), retryhttp.WithHooks(c.hooks()))
 	t.Cleanup(tr.CloseIdleConnections)
 	client := &http.Client{Transport: tr}
 	key := "http://" + x.addr

@@ -136,22 +136,25 @@ type counted struct {
 
 type circuitChange struct {
 	at time.Duration // since start
-	retryhttp.CircuitChangeInfo
+	retryhttp.Event
 }
 
 func newCounted() *counted { return &counted{start: time.Now()} }
 
 func (c *counted) hooks() *retryhttp.Hooks {
 	return &retryhttp.Hooks{
-		AttemptStart:  func(retryhttp.AttemptStartInfo) { c.attempts.Add(1); c.inFlight.start() },
-		AttemptDone:   func(retryhttp.AttemptDoneInfo) { c.inFlight.done() },
-		CircuitChange: c.changed,
+		AttemptStart: func(retryhttp.Event) { c.attempts.Add(1); c.inFlight.start() },
+		AttemptDone:  func(retryhttp.Event) { c.inFlight.done() },
 	}
 }
 
-// changed records a circuit change: a Hooks.CircuitChange or a
-// BreakerConfig.OnStateChange.
-func (c *counted) changed(i retryhttp.CircuitChangeInfo) {
+// breaker returns the default breaker, its changes recorded by c.
+func (c *counted) breaker() retryhttp.Option {
+	return retryhttp.WithBreaker(retryhttp.NewBreaker(retryhttp.BreakerConfig{OnStateChange: c.changed}))
+}
+
+// changed records a circuit change: a BreakerConfig.OnStateChange.
+func (c *counted) changed(i retryhttp.Event) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.changes = append(c.changes, circuitChange{time.Since(c.start), i})

@@ -99,7 +99,7 @@ func earlyOne(t *testing.T, tp *toxiproxy, name string, ec earlyCase) faultRow {
 	var outcomes []string // each attempt's status or error, in order; hooks run on the request's goroutine
 	hooks := c.hooks()
 	counted := hooks.AttemptDone
-	hooks.AttemptDone = func(i retryhttp.AttemptDoneInfo) {
+	hooks.AttemptDone = func(i retryhttp.Event) {
 		counted(i)
 		if i.Err != nil {
 			outcomes = append(outcomes, "error: "+loopbackPorts.ReplaceAllString(i.Err.Error(), "127.0.0.1:port"))
@@ -107,7 +107,7 @@ func earlyOne(t *testing.T, tp *toxiproxy, name string, ec earlyCase) faultRow {
 			outcomes = append(outcomes, fmt.Sprint(i.Status))
 		}
 	}
-	tr := retryhttp.New(nil, append([]retryhttp.Option{retryhttp.WithHooks(hooks)}, ec.opts...)...)
+	tr := retryhttp.New(nil, append([]retryhttp.Option{retryhttp.WithHooks(hooks), c.breaker()}, ec.opts...)...)
 	t.Cleanup(tr.CloseIdleConnections)
 	client := &http.Client{Transport: tr}
 

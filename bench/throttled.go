@@ -187,7 +187,7 @@ type BatchResult struct {
 	Unsent     int
 	ErrSample  string
 	// Advice counts what RetryAt answered to failed calls, for retryhttp;
-	// ReasonNone counts the zero instants the batch's backoff replaced.
+	// The zero Reason counts the zero instants the batch's backoff replaced.
 	Advice map[retryhttp.Reason]int
 	// AtOnce counts failed calls due again at once: their instant had
 	// come by the time the call returned.
@@ -638,7 +638,7 @@ func adviceString(a map[retryhttp.Reason]int) string {
 		return "-"
 	}
 	var parts []string
-	for why := retryhttp.ReasonNone; why <= retryhttp.ReasonBudgetExhausted; why++ {
+	for why := retryhttp.Reason(0); why <= retryhttp.ReasonBudgetExhausted; why++ {
 		if a[why] > 0 {
 			parts = append(parts, fmt.Sprintf("%s %d", why, a[why]))
 		}

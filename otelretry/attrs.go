@@ -227,7 +227,7 @@ func urlHostAttrs(u *url.URL) []attribute.KeyValue {
 }
 
 // hostAttrs returns the host attributes of a circuit's host, which
-// CircuitChangeInfo gives as scheme://host[:port], so that a circuit's
+// Event gives as scheme://host[:port], so that a circuit's
 // measurements carry the same attributes as its requests'.
 func hostAttrs(host string) []attribute.KeyValue {
 	u, err := url.Parse(host)

@@ -74,8 +74,9 @@
 //
 // # Installing the hooks once
 //
-// Install the hooks on the transport with retryhttp.WithHooks, or per
-// request with retryhttp.ContextWithHooks, not both: a request that carries
+// Install the hooks with retryhttp.WithHooks, on the transport (given to
+// retryhttp.New) or per request (through retryhttp.ContextWithOptions), not
+// both: a request that carries
 // them twice is counted twice. Circuit changes are recorded by
 // OnStateChange, given to the Breaker, which reports each change once
 // however many transports share it.
@@ -149,7 +150,7 @@ func NewHooks(mp metric.MeterProvider, opts ...Option) (*retryhttp.Hooks, error)
 // Breaker calls it once for each change, whichever transport's request made
 // it, so the open-circuit gauge stays true for a Breaker shared between
 // transports. mp and opts are as for NewHooks.
-func OnStateChange(mp metric.MeterProvider, opts ...Option) (func(retryhttp.CircuitChangeInfo), error) {
+func OnStateChange(mp metric.MeterProvider, opts ...Option) (func(retryhttp.Event), error) {
 	r, err := recorderFor(mp, opts)
 	if err != nil {
 		return nil, err
@@ -250,13 +251,13 @@ func newRecorder(m metric.Meter, c config) (*recorder, error) {
 // retryhttp.Stats.Delays.
 const maxRetryAttr = 16
 
-func (r *recorder) attemptStart(i retryhttp.AttemptStartInfo) {
+func (r *recorder) attemptStart(i retryhttp.Event) {
 	if i.Attempt > 1 {
 		r.retries.Add(i.Request.Context(), 1, r.methodSets.get(methodKey(method(i.Request)), r.hostOf(i.Request)).add...)
 	}
 }
 
-func (r *recorder) attemptDone(i retryhttp.AttemptDoneInfo) {
+func (r *recorder) attemptDone(i retryhttp.Event) {
 	k := attemptKey{method: method(i.Request), status: i.Status}
 	if i.Err != nil {
 		// The transport normalises an attempt's outcome to a response or
@@ -266,17 +267,17 @@ func (r *recorder) attemptDone(i retryhttp.AttemptDoneInfo) {
 	r.attempts.Add(i.Request.Context(), 1, r.attemptSets.get(k, r.hostOf(i.Request)).add...)
 }
 
-func (r *recorder) retryScheduled(i retryhttp.RetryInfo) {
+func (r *recorder) retryScheduled(i retryhttp.Event) {
 	ctx := i.Request.Context()
 	host := r.hostOf(i.Request)
-	k := delayKey{retry: min(i.Retry, maxRetryAttr), retryAfter: i.RetryAfter}
+	k := delayKey{retry: min(i.Attempt, maxRetryAttr), retryAfter: i.RetryAfter}
 	r.delay.Record(ctx, i.Delay.Seconds(), r.delaySets.get(k, host).record...)
 	if i.RetryAfter {
 		r.retryAfter.Add(ctx, 1, r.clampSets.get(clampKey(i.Clamped), host).add...)
 	}
 }
 
-func (r *recorder) giveUp(i retryhttp.GiveUpInfo) {
+func (r *recorder) giveUp(i retryhttp.Event) {
 	ctx := i.Request.Context()
 	host := r.hostOf(i.Request)
 	k := giveUpKey{method: method(i.Request), reason: i.Reason, status: i.Status}
@@ -292,25 +293,25 @@ func (r *recorder) giveUp(i retryhttp.GiveUpInfo) {
 	}
 }
 
-func (r *recorder) waitDone(i retryhttp.WaitInfo) {
+func (r *recorder) waitDone(i retryhttp.Event) {
 	ctx := i.Request.Context()
 	host := r.hostOf(i.Request)
-	m := r.waitSets.get(waitKey{cause: i.Cause, released: i.Released}, host)
+	m := r.waitSets.get(waitKey{cause: i.Reason, released: i.Released}, host)
 	r.waits.Add(ctx, 1, m.add...)
 	r.waitLength.Record(ctx, i.Waited.Seconds(), m.record...)
-	if i.Cause == retryhttp.ReasonBudgetExhausted {
+	if i.Reason == retryhttp.ReasonBudgetExhausted {
 		r.budgetDenied.Add(ctx, 1, r.methodSets.get(methodKey(method(i.Request)), host).add...)
 	}
 }
 
-func (r *recorder) quota(i retryhttp.QuotaInfo) {
+func (r *recorder) quota(i retryhttp.Event) {
 	ctx := i.Request.Context()
 	host := r.hostOf(i.Request)
 	r.quotas.Add(ctx, 1, r.quotaSets.get(exhaustedKey(!i.HeldUntil.IsZero()), host).add...)
 	r.quotaRate.Record(ctx, i.Rate, r.noSets.get(noKey{}, host).record...)
 }
 
-func (r *recorder) circuitChange(i retryhttp.CircuitChangeInfo) {
+func (r *recorder) circuitChange(i retryhttp.Event) {
 	// The change belongs to a host, not to the request that caused it, so
 	// it is recorded without that request's context.
 	ctx := context.Background()

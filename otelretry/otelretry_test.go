@@ -279,7 +279,7 @@ func TestNewHooks(t *testing.T) {
 			req:    func() *http.Request { return get("PURGE", "https://api.example/v1") },
 			sums: map[string]map[string]int64{
 				"retryhttp.attempts": {"http.request.method=_OTHER,http.response.status_code=503": 1},
-				"retryhttp.give_ups": {"http.request.method=_OTHER,http.response.status_code=503,retryhttp.reason=not idempotent": 1},
+				"retryhttp.give_ups": {"http.request.method=_OTHER,http.response.status_code=503,retryhttp.reason=not replayable": 1},
 			},
 		},
 	}

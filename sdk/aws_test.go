@@ -70,8 +70,8 @@ func awsLocalTyped(err error, status int) error {
 	if re.HTTPStatusCode() != status {
 		return fmt.Errorf("*awshttp.ResponseError status %d, want %d", re.HTTPStatusCode(), status)
 	}
-	if re.Response.Header.Get(retryhttp.LocalHeader) != "circuit-open" {
-		return fmt.Errorf("the 503 is not the local one: %s %q", retryhttp.LocalHeader, re.Response.Header.Get(retryhttp.LocalHeader))
+	if re.Response.Header.Get(localHeader) != "circuit-open" {
+		return fmt.Errorf("the 503 is not the local one: %s %q", localHeader, re.Response.Header.Get(localHeader))
 	}
 	var api smithy.APIError
 	if !errors.As(err, &api) {

@@ -36,8 +36,25 @@ func withTrip(s Script) Script {
 // that: tripHost sends them back to back.
 func quickBreaker(openFor time.Duration) *retryhttp.Breaker {
 	return retryhttp.NewBreaker(retryhttp.BreakerConfig{
-		Span: 10 * time.Millisecond, MinFailures: 2, OpenFor: openFor, OpenJitter: -1,
+		Span: 10 * time.Millisecond, MinFailures: 2, OpenFor: openFor, OpenJitter: -1, OnStateChange: recordOpen,
 	})
+}
+
+// opens is every key whose circuit a breaker of these tests opened. Tests
+// run in parallel, each against its own server, so a test looks only at
+// the keys of its server's address.
+var opens struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+// recordOpen is the OnStateChange of the tests' breakers.
+func recordOpen(i retryhttp.Event) {
+	if i.To == retryhttp.StateOpen {
+		opens.mu.Lock()
+		opens.keys = append(opens.keys, i.Key)
+		opens.mu.Unlock()
+	}
 }
 
 // noWait turns the transport's wait for an open circuit off, in the rows
@@ -76,19 +93,18 @@ func getPath(path string) func(context.Context, env) error {
 // keySuffix opened; at most limit calls. send is expected to fail.
 func tripWith(keySuffix string, limit int, send func(context.Context, env) error) func(*testing.T, context.Context, env) {
 	return func(t *testing.T, ctx context.Context, e env) {
-		var mu sync.Mutex
-		var opened []string
-		ctx = retryhttp.ContextWithHooks(ctx, &retryhttp.Hooks{CircuitChange: func(i retryhttp.CircuitChangeInfo) {
-			if i.To == retryhttp.StateOpen {
-				mu.Lock()
-				opened = append(opened, i.Key)
-				mu.Unlock()
-			}
-		}})
 		ctx = retryhttp.ContextWithOptions(ctx, retryhttp.WithMaxAttempts(1))
+		addr := e.srv.Listener.Addr().String()
+		var opened []string
 		isOpen := func() bool {
-			mu.Lock()
-			defer mu.Unlock()
+			opens.mu.Lock()
+			defer opens.mu.Unlock()
+			opened = opened[:0]
+			for _, k := range opens.keys {
+				if strings.Contains(k, addr) {
+					opened = append(opened, k)
+				}
+			}
 			for _, k := range opened {
 				if strings.HasSuffix(k, keySuffix) {
 					return true

@@ -81,7 +81,7 @@ var twoBuckets = ByPath(map[string]Script{"/bad/obj": Always(s3503), "/good/obj"
 // S3 SDK pauses at most 50 ms, then 100 ms, between its tries, well inside
 // twice the span, so its failing calls trip it within a few calls.
 func pathBreaker() *retryhttp.Breaker {
-	return retryhttp.NewBreaker(retryhttp.BreakerConfig{Span: 100 * time.Millisecond})
+	return retryhttp.NewBreaker(retryhttp.BreakerConfig{Span: 100 * time.Millisecond, OnStateChange: recordOpen})
 }
 
 // onlyPath asserts that every request of the call went to path.

@@ -111,7 +111,10 @@ type try struct {
 
 // local reports that the try got the transport's own 503 for an open
 // circuit.
-func (t try) local() bool { return t.header.Get(retryhttp.LocalHeader) == "circuit-open" }
+// localHeader marks the transport's own 503 (retryhttp.WithCircuitOpenResponse).
+const localHeader = "X-Retryhttp-Local"
+
+func (t try) local() bool { return t.header.Get(localHeader) == "circuit-open" }
 
 // The rows of each SDK are lettered by what they measure:
 //
@@ -198,7 +201,7 @@ func runRow(t *testing.T, c sdkCase, r row) result {
 
 	var mu sync.Mutex
 	giveUps := []string{}
-	hooks := &retryhttp.Hooks{GiveUp: func(i retryhttp.GiveUpInfo) {
+	hooks := &retryhttp.Hooks{GiveUp: func(i retryhttp.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		giveUps = append(giveUps, i.Reason.String())
@@ -211,7 +214,7 @@ func runRow(t *testing.T, c sdkCase, r row) result {
 		r.prep(t, ctx, e)
 	}
 	sentBefore, triesBefore := len(srv.Requests()), len(tries.log())
-	ctx = retryhttp.ContextWithHooks(ctx, hooks)
+	ctx = retryhttp.ContextWithOptions(ctx, retryhttp.WithHooks(hooks))
 	if r.ctx != nil {
 		ctx = r.ctx(ctx)
 	}

@@ -74,7 +74,7 @@ type Result struct {
 	AfterAttempts, AfterRefused int
 	// With Redrive: Redrives counts calls to RoundTrip after a delivery's
 	// first, Advice what RetryAt answered to each failure (by reason,
-	// ReasonNone counting the zero time, which the fallback replaced),
+	// the zero Reason counting the zero time, which the fallback replaced),
 	// AtOnce the advised instants that had already come, and GaveUp the
 	// deliveries whose next instant fell past the horizon.
 	Redrives int
