@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/fleetlink"
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
@@ -127,9 +128,9 @@ type BreakerConfig struct {
 // transports and is safe for concurrent use; a request to a host whose
 // circuit is closed takes no lock.
 type Breaker struct {
-	set   *perkey.Set
-	cfg   BreakerConfig         // with the defaults filled in
-	fleet atomic.Pointer[Fleet] // shares changes, when set
+	set      *perkey.Set
+	cfg      BreakerConfig                          // with the defaults filled in
+	announce atomic.Pointer[func(fleetlink.Change)] // shares changes through a fleet, when set
 }
 
 // NewBreaker returns a Breaker configured by c, with defaults for zero
@@ -337,7 +338,7 @@ func (b *Breaker) changed(l *perkey.Lane, trs perkey.Transitions, local bool) {
 }
 
 // notify reports a change of the lane to OnStateChange and, when local is
-// set and the breaker is shared through a Fleet, to the other processes:
+// set and the breaker is shared through a fleet, to the other processes:
 // local changes are those a request made, not those adopted from another
 // process or made by an operator, who acts on each process by itself. It
 // is called after the lane's lock is released.
@@ -345,24 +346,24 @@ func (b *Breaker) notify(l *perkey.Lane, tr perkey.Transition, local bool) {
 	if tr.Circuit() && b.cfg.OnStateChange != nil {
 		b.cfg.OnStateChange(Event{Key: l.Key().String(), From: State(tr.From), To: State(tr.To), Until: tr.Until})
 	}
-	f := b.fleet.Load()
-	if !local || f == nil {
+	announce := b.announce.Load()
+	if !local || announce == nil {
 		return
 	}
-	c := Change{Key: l.Key().String()}
+	c := fleetlink.Change{Key: l.Key().String()}
 	switch {
 	case tr.To == perkey.Open && tr.From != perkey.Open:
-		c.Kind, c.For = ChangeOpen, time.Until(tr.Until)
+		c.Kind, c.For = fleetlink.Open, time.Until(tr.Until)
 	case tr.To == perkey.Held:
-		c.Kind, c.For = ChangeHold, time.Until(tr.Until)
+		c.Kind, c.For = fleetlink.Hold, time.Until(tr.Until)
 	case tr.To == perkey.Closed && tr.From != perkey.Held && tr.Changed():
-		c.Kind = ChangeClose
+		c.Kind = fleetlink.Close
 	case tr.Failing:
-		c.Kind, c.For = ChangeFailing, 2*b.cfg.Span
+		c.Kind, c.For = fleetlink.Failing, 2*b.cfg.Span
 	default:
 		return
 	}
-	f.announce(c)
+	(*announce)(c)
 }
 
 // adopt applies a change another process announced: an open (extending
@@ -371,14 +372,14 @@ func (b *Breaker) notify(l *perkey.Lane, tr perkey.Transition, local bool) {
 // a hold. Adopted opens add a random extra of up to OpenFor, so that the
 // fleet half-opens with about one probe per open period, not one per
 // process. It reports whether anything changed.
-func (b *Breaker) adopt(c Change, quorum bool, now time.Time) bool {
+func (b *Breaker) adopt(c fleetlink.Change, quorum bool, now time.Time) bool {
 	k := perkey.ParseKey(c.Key)
 	var (
 		l   *perkey.Lane
 		trs perkey.Transitions
 	)
 	switch c.Kind {
-	case ChangeOpen:
+	case fleetlink.Open:
 		if l = b.set.Peek(k); l == nil && !quorum {
 			return false
 		}
@@ -386,12 +387,12 @@ func (b *Breaker) adopt(c Change, quorum bool, now time.Time) bool {
 			l = b.set.Lane(k)
 		}
 		trs = l.AdoptOpen(now, c.For+perkey.Uniform(0, b.cfg.OpenFor), quorum)
-	case ChangeClose:
+	case fleetlink.Close:
 		if l = b.set.Peek(k); l == nil {
 			return false
 		}
 		trs = l.AdoptClose(now, now.Add(-c.Age))
-	case ChangeHold:
+	case fleetlink.Hold:
 		l = b.set.Lane(k)
 		trs = l.Hold(now.Add(c.For))
 	default:
@@ -402,4 +403,19 @@ func (b *Breaker) adopt(c Change, quorum bool, now time.Time) bool {
 	}
 	b.changed(l, trs, false)
 	return true
+}
+
+// fleetBreaker is a Breaker as a fleet calls it (fleetlink.Breaker),
+// without an exported method on Breaker itself.
+type fleetBreaker Breaker
+
+// Join implements fleetlink.Breaker: the breaker announces through the
+// first fleet it joins.
+func (b *fleetBreaker) Join(announce func(fleetlink.Change)) bool {
+	return b.announce.CompareAndSwap(nil, &announce)
+}
+
+// Adopt implements fleetlink.Breaker.
+func (b *fleetBreaker) Adopt(c fleetlink.Change, quorum bool, now time.Time) bool {
+	return (*Breaker)(b).adopt(c, quorum, now)
 }

@@ -17,6 +17,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/fleetlink"
 	"github.com/retryhttp/retryhttp/internal/perkey"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -964,7 +965,7 @@ func TestBreakerCloseRule(t *testing.T) {
 		{"an operator's Reset", func(t *testing.T, b *Breaker, _ *breakerFake) { b.Reset(key) }},
 		{"a close adopted from the fleet", func(t *testing.T, b *Breaker, _ *breakerFake) {
 			time.Sleep(time.Second) // the other process's success came after this one's open
-			require.True(t, b.adopt(Change{Kind: ChangeClose, Key: key}, false, time.Now()))
+			require.True(t, b.adopt(fleetlink.Change{Kind: fleetlink.Close, Key: key}, false, time.Now()))
 		}},
 	}
 	for _, w := range ways {

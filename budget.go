@@ -67,8 +67,8 @@ type Budget struct {
 	global *bucket // nil when perHost
 	hosts  perkey.Table[*bucket]
 
-	fleet  atomic.Pointer[Fleet] // shares the floor and cap out, when set
-	shares atomic.Int64          // the fleet's size: the floor and cap are divided by it; 0 means 1
+	joined atomic.Bool  // shared through a fleet, which shares the floor and cap out
+	shares atomic.Int64 // the fleet's size: the floor and cap are divided by it; 0 means 1
 }
 
 // unit is the fixed-point scale of banked tokens: one token is a million
@@ -130,7 +130,7 @@ func (b *Budget) newBucket() *bucket {
 }
 
 // share divides the floor, its burst and the cap of every bucket by n, the
-// number of processes sharing one host's retries through a Fleet.
+// number of processes sharing one host's retries through a fleet.
 func (b *Budget) share(n int) {
 	n = max(n, 1)
 	b.shares.Store(int64(n))
@@ -234,3 +234,14 @@ func (b *Budget) tokenAt(k hostKey, now time.Time) (at time.Time, spread time.Du
 func (k *bucket) idle(now time.Time) bool {
 	return k.floor == nil || k.floor.TokensAt(now) >= float64(k.floor.Burst())
 }
+
+// fleetBudget is a Budget as a fleet calls it (fleetlink.Budget), without
+// an exported method on Budget itself.
+type fleetBudget Budget
+
+// Join implements fleetlink.Budget: the budget is shared through the
+// first fleet it joins.
+func (b *fleetBudget) Join() bool { return b.joined.CompareAndSwap(false, true) }
+
+// Share implements fleetlink.Budget.
+func (b *fleetBudget) Share(n int) { (*Budget)(b).share(n) }

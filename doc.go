@@ -130,8 +130,9 @@
 //   - A rate-limited API answers 429: WithAdaptiveRate, on for 429 by
 //     default; add 503 for a host that sheds load with it.
 //   - A batch leaves at one instant: WithFirstAttemptJitter.
-//   - Many processes each learn an outage alone: NewFleet and WithFleet,
-//     with the Store of the redisstate module.
+//   - Many processes each learn an outage alone: WithFleet, with a fleet
+//     of package github.com/retryhttp/retryhttp/fleet on the Store of the
+//     redisstate module.
 //   - A server's Retry-After asks too much: WithMaxRetryAfter and
 //     WithRetryAfterSpread.
 //   - Other retry rules or another backoff: WithRetryIf (calling

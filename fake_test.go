@@ -4,11 +4,12 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/retryhttp/retryhttp/internal/testhttp"
 )
 
 // reply is what scriptedNext answers to one attempt. A response is made
@@ -206,15 +207,4 @@ func (n *herdNext) retries() []time.Duration {
 
 // newResponse is a response to req with status and body, as a next
 // RoundTripper returns it.
-func newResponse(req *http.Request, status int, body io.ReadCloser) *http.Response {
-	return &http.Response{
-		Status:     strconv.Itoa(status) + " " + http.StatusText(status),
-		StatusCode: status,
-		Proto:      "HTTP/1.1",
-		ProtoMajor: 1,
-		ProtoMinor: 1,
-		Header:     http.Header{},
-		Body:       body,
-		Request:    req,
-	}
-}
+var newResponse = testhttp.Response

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/retryhttp/retryhttp/fleet"
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
@@ -414,9 +415,10 @@ func WithBudget(b *Budget) Option {
 	return newTransportOption("WithBudget", func(t *Transport) { t.budget = b })
 }
 
-// WithFleet shares the transport's breaker and budget through f. nil means
-// none (the default).
-func WithFleet(f *Fleet) Option {
+// WithFleet shares the transport's breaker and budget through f, a fleet
+// of package github.com/retryhttp/retryhttp/fleet. nil means none (the
+// default).
+func WithFleet(f *fleet.Fleet) Option {
 	return newTransportOption("WithFleet", func(t *Transport) { t.fleet = f })
 }
 

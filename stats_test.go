@@ -13,6 +13,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/testhttp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -449,20 +450,8 @@ func sendConcurrently(t *testing.T, rt http.RoundTripper, n int, rawURL string) 
 }
 
 // sendGET sends one GET for rawURL through rt; it must return a response,
-// whose body it closes. It is safe to call from any goroutine of the test.
-func sendGET(t *testing.T, rt http.RoundTripper, rawURL string) {
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, rawURL, nil)
-	if err != nil {
-		t.Error(err)
-		return
-	}
-	resp, err := rt.RoundTrip(req)
-	if err != nil {
-		t.Error(err)
-		return
-	}
-	resp.Body.Close()
-}
+// whose body it closes.
+var sendGET = testhttp.SendGET
 
 // Stats prints readably: each delay histogram as its count and mean, not
 // as its buckets.

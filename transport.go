@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-cleanhttp"
+	"github.com/retryhttp/retryhttp/fleet"
 	"github.com/retryhttp/retryhttp/internal/attempt"
+	"github.com/retryhttp/retryhttp/internal/fleetlink"
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
@@ -25,7 +27,7 @@ type Transport struct {
 	localOpen bool
 	// horizon: RetryAt answers ReasonNotRetryable for a key failing longer; 0: never.
 	horizon time.Duration
-	fleet   *Fleet // nil: this process alone
+	fleet   *fleet.Fleet // nil: this process alone
 	// lanes holds what is kept per key: the breaker's own lanes, or,
 	// without a breaker, lanes whose circuits never open, so that a
 	// policy's memory of a key, its holds and its send rate do not depend
@@ -67,7 +69,7 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 	t.s.stateful = stateful(t.s.policy)
 	t.s.slowCalls = t.breaker != nil && t.breaker.cfg.SlowAfter > 0
 	if t.fleet != nil {
-		t.fleet.attach(t.breaker, t.budget)
+		t.joinFleet()
 	}
 	if t.breaker != nil {
 		t.lanes = t.breaker.set
@@ -78,6 +80,20 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 		t.lanes = perkey.NewSet(perkey.Config{OpenFor: defaultBreakerOpenFor, OpenJitter: defaultBreakerOpenFor})
 	}
 	return t
+}
+
+// joinFleet makes the transport's fleet share its breaker and budget: each
+// joins only the first fleet it is given (see fleetlink).
+func (t *Transport) joinFleet() {
+	var b fleetlink.Breaker
+	if t.breaker != nil {
+		b = (*fleetBreaker)(t.breaker)
+	}
+	var bu fleetlink.Budget
+	if t.budget != nil {
+		bu = (*fleetBudget)(t.budget)
+	}
+	fleetlink.Join(t.fleet, b, bu)
 }
 
 // CloseIdleConnections closes the idle connections of the next RoundTripper,

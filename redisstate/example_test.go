@@ -6,6 +6,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/retryhttp/retryhttp"
+	"github.com/retryhttp/retryhttp/fleet"
 	"github.com/retryhttp/retryhttp/redisstate"
 )
 
@@ -17,9 +18,9 @@ func Example() {
 
 	rdb := redis.NewClient(&redis.Options{Addr: "redis:6379"}) // or a Sentinel, Cluster or TLS client
 	defer rdb.Close()
-	fleet := retryhttp.NewFleet(redisstate.New(rdb, redisstate.Options{Prefix: "retryhttp:prod:"}), retryhttp.FleetConfig{})
-	go fleet.Run(ctx) // until ctx ends
+	f := fleet.New(redisstate.New(rdb, redisstate.Options{Prefix: "retryhttp:prod:"}), fleet.Config{})
+	go f.Run(ctx) // until ctx ends
 
-	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithFleet(fleet))}
+	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithFleet(f))}
 	_ = client // use it as any http.Client
 }

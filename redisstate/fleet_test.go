@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 	"github.com/retryhttp/retryhttp"
+	"github.com/retryhttp/retryhttp/fleet"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -80,7 +81,7 @@ func runE2E(t *testing.T, srv *redisServer, name string, n int, shared bool) e2e
 		}
 	}()
 	trs := make([]*retryhttp.Transport, n)
-	var fleets []*retryhttp.Fleet
+	var fleets []*fleet.Fleet
 	for i := range trs {
 		next := &http.Transport{MaxIdleConnsPerHost: 64}
 		defer next.CloseIdleConnections()
@@ -89,7 +90,7 @@ func runE2E(t *testing.T, srv *redisServer, name string, n int, shared bool) e2e
 			rdb := redis.NewClient(&redis.Options{Addr: srv.Addr(), DisableIdentity: true,
 				MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
 			clients = append(clients, rdb)
-			f := retryhttp.NewFleet(New(rdb, Options{Prefix: prefix(t) + name + ":"}), retryhttp.FleetConfig{Instance: fmt.Sprint(name, i)})
+			f := fleet.New(New(rdb, Options{Prefix: prefix(t) + name + ":"}), fleet.Config{Instance: fmt.Sprint(name, i)})
 			running.Go(func() { _ = f.Run(ctx) })
 			fleets = append(fleets, f)
 			opts = append(opts, retryhttp.WithFleet(f))

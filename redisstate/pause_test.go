@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/retryhttp/retryhttp"
+	"github.com/retryhttp/retryhttp/fleet"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -36,7 +37,7 @@ type timedStore struct {
 	late            time.Duration // the most an Announce returned after its deadline; guarded by mu
 }
 
-func (s *timedStore) Announce(ctx context.Context, c retryhttp.Change) error {
+func (s *timedStore) Announce(ctx context.Context, c fleet.Change) error {
 	err := s.Store.Announce(ctx, c)
 	s.calls.Add(1)
 	if deadline, ok := ctx.Deadline(); ok {
@@ -57,17 +58,17 @@ func (s *timedStore) Announce(ctx context.Context, c retryhttp.Change) error {
 func TestServerPaused(t *testing.T) {
 	srv := startRedis(t)
 	store := &timedStore{Store: New(srv.client(t), Options{Prefix: prefix(t), SnapshotPeriod: 300 * time.Millisecond, Timeout: 200 * time.Millisecond})}
-	fleet := retryhttp.NewFleet(store, retryhttp.FleetConfig{Instance: "paused", Heartbeat: 100 * time.Millisecond, Timeout: 200 * time.Millisecond})
+	f := fleet.New(store, fleet.Config{Instance: "paused", Heartbeat: 100 * time.Millisecond, Timeout: 200 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	var running sync.WaitGroup
-	running.Go(func() { _ = fleet.Run(ctx) })
+	running.Go(func() { _ = f.Run(ctx) })
 	defer func() {
 		cancel()
 		running.Wait()
 	}()
 
 	tr := retryhttp.New(&okNext{resp: &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Header: http.Header{}}},
-		retryhttp.WithFleet(fleet))
+		retryhttp.WithFleet(f))
 	req, err := http.NewRequest(http.MethodGet, "http://healthy.test/x", nil)
 	require.NoError(t, err)
 	roundTrip := func() {
@@ -93,10 +94,10 @@ func TestServerPaused(t *testing.T) {
 	}
 	measure() // warm up
 	deadline := time.Now().Add(5 * time.Second)
-	for fleet.Stats().Announced == 0 && time.Now().Before(deadline) {
+	for f.Stats().Announced == 0 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	require.Positive(t, fleet.Stats().Announced, "heartbeats reached the store")
+	require.Positive(t, f.Stats().Announced, "heartbeats reached the store")
 	before, slowBefore := measure()
 
 	srv.Pause()
@@ -125,7 +126,7 @@ func TestServerPaused(t *testing.T) {
 		"slowest batch %v before, %v during; %v allocs/op during it",
 		before, during, float64(during)/float64(before), slowBefore, slowDuring, allocs)
 	t.Logf("during the 3 s pause: %d Announce calls, %d ended by their 200 ms timeout, the latest %v after its deadline; fleet %+v",
-		calls, timedOut, late, fleet.Stats())
+		calls, timedOut, late, f.Stats())
 	assert.Less(t, float64(during), 3*float64(before), "cost per round trip during the pause against before")
 	assert.Less(t, slowDuring, 100*time.Millisecond, "1,000 round trips during the pause: none waited for the store")
 	assert.Zero(t, allocs, "allocations per round trip during the pause")
@@ -133,10 +134,10 @@ func TestServerPaused(t *testing.T) {
 	assert.Less(t, late, 20*time.Millisecond, "no Announce outlives its context")
 
 	// After the pause the fleet announces again.
-	announced := fleet.Stats().Announced
+	announced := f.Stats().Announced
 	deadline = time.Now().Add(5 * time.Second)
-	for fleet.Stats().Announced == announced && time.Now().Before(deadline) {
+	for f.Stats().Announced == announced && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	assert.Greater(t, fleet.Stats().Announced, announced, "announcements after the pause")
+	assert.Greater(t, f.Stats().Announced, announced, "announcements after the pause")
 }

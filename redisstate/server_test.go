@@ -16,7 +16,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
-	"github.com/retryhttp/retryhttp"
+	"github.com/retryhttp/retryhttp/fleet"
 	"go.uber.org/goleak"
 )
 
@@ -204,7 +204,7 @@ type watcher struct {
 }
 
 type received struct {
-	c  retryhttp.Change
+	c  fleet.Change
 	at time.Time
 }
 
@@ -220,7 +220,7 @@ func startWatcher(t testing.TB, s *Store) *watcher {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
 		defer close(w.done)
-		_ = s.Watch(ctx, func(c retryhttp.Change) {
+		_ = s.Watch(ctx, func(c fleet.Change) {
 			w.mu.Lock()
 			w.changes = append(w.changes, received{c, time.Now()})
 			w.mu.Unlock()
@@ -249,7 +249,7 @@ func (w *watcher) waitSnapshot(t testing.TB, d time.Duration) bool {
 }
 
 // waitFor waits up to d for a change that match accepts, and returns it.
-func (w *watcher) waitFor(d time.Duration, match func(retryhttp.Change) bool) (received, bool) {
+func (w *watcher) waitFor(d time.Duration, match func(fleet.Change) bool) (received, bool) {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	seen := 0

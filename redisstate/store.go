@@ -1,12 +1,13 @@
-// Package redisstate implements retryhttp.Store on Redis, through
+// Package redisstate implements the Store of package
+// github.com/retryhttp/retryhttp/fleet on Redis, through
 // github.com/redis/go-redis/v9, so that the processes of a fleet share what
 // their circuit breakers learn: a key's circuit opening and closing, a
 // key's hold, failure reports and heartbeats.
 //
 //	rdb := redis.NewClient(&redis.Options{Addr: "redis:6379"})
-//	fleet := retryhttp.NewFleet(redisstate.New(rdb, redisstate.Options{Prefix: "retryhttp:prod:"}), retryhttp.FleetConfig{})
-//	go fleet.Run(ctx)
-//	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithFleet(fleet))}
+//	f := fleet.New(redisstate.New(rdb, redisstate.Options{Prefix: "retryhttp:prod:"}), fleet.Config{})
+//	go f.Run(ctx)
+//	client := &http.Client{Transport: retryhttp.New(nil, retryhttp.WithFleet(f))}
 //
 // Any go-redis client will do: a plain, Sentinel (failover), Cluster or
 // TLS one; the store does not own it and never closes it.
@@ -46,7 +47,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/retryhttp/retryhttp"
+	"github.com/retryhttp/retryhttp/fleet"
 )
 
 // Defaults of Options.
@@ -85,7 +86,7 @@ type Options struct {
 	Timeout time.Duration
 }
 
-// Store is a retryhttp.Store on Redis. Create one with New; it is safe for
+// Store is a fleet.Store on Redis. Create one with New; it is safe for
 // concurrent use.
 type Store struct {
 	rdb     redis.UniversalClient
@@ -101,7 +102,7 @@ type Store struct {
 	onSnapshot func()
 }
 
-var _ retryhttp.Store = (*Store)(nil)
+var _ fleet.Store = (*Store)(nil)
 
 // New returns a Store that keeps its state in the Redis that client reaches,
 // configured by opts. The client must not be nil; it stays the caller's:
@@ -153,8 +154,8 @@ func New(client redis.UniversalClient, opts Options) *Store {
 // published carries the time left of the one kept. Durations are counted
 // in whole milliseconds, rounded up, and bounded to 24 h so that nothing
 // stays for ever. It returns when the script has run, or when ctx ends.
-func (s *Store) Announce(ctx context.Context, c retryhttp.Change) error {
-	if c.Kind < retryhttp.ChangeAlive || c.Kind > retryhttp.ChangeHold {
+func (s *Store) Announce(ctx context.Context, c fleet.Change) error {
+	if c.Kind < fleet.ChangeAlive || c.Kind > fleet.ChangeHold {
 		return fmt.Errorf("redisstate: Announce: unknown kind %d", c.Kind)
 	}
 	keys := []string{s.open, s.hold, s.alive, s.prefix + "failing:" + c.Key, s.prefix + "openby:" + c.Key}
@@ -176,7 +177,7 @@ func (s *Store) Announce(ctx context.Context, c retryhttp.Change) error {
 // A snapshot's opens and holds have an empty Instance when Redis does not
 // know who announced them; an open's Instance is the instance whose
 // expiry the store kept.
-func (s *Store) Watch(ctx context.Context, apply func(retryhttp.Change)) error {
+func (s *Store) Watch(ctx context.Context, apply func(fleet.Change)) error {
 	ps := s.rdb.Subscribe(ctx, s.channel)
 	msgs := ps.ChannelWithSubscriptions(redis.WithChannelSize(1024))
 	defer func() {
@@ -220,7 +221,7 @@ func (s *Store) Watch(ctx context.Context, apply func(retryhttp.Change)) error {
 
 // snapshot reads every key's state and hands it to apply. A read that fails
 // is skipped: the next subscription or period tries again.
-func (s *Store) snapshot(ctx context.Context, apply func(retryhttp.Change)) {
+func (s *Store) snapshot(ctx context.Context, apply func(fleet.Change)) {
 	cs, err := s.readSnapshot(ctx)
 	if err != nil {
 		return
@@ -236,7 +237,7 @@ func (s *Store) snapshot(ctx context.Context, apply func(retryhttp.Change)) {
 // readSnapshot runs the snapshot script, bounded by the store's timeout.
 // The times left are as Redis saw them at some instant of the round trip:
 // they are shortened by half of it.
-func (s *Store) readSnapshot(ctx context.Context) ([]retryhttp.Change, error) {
+func (s *Store) readSnapshot(ctx context.Context) ([]fleet.Change, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
 	var reply []any
@@ -251,16 +252,16 @@ func (s *Store) readSnapshot(ctx context.Context) ([]retryhttp.Change, error) {
 		return nil, err
 	}
 	half := time.Since(start) / 2
-	var out []retryhttp.Change
+	var out []fleet.Change
 	for i := 0; i+5 <= len(reply); i += 5 {
 		kind, _ := reply[i].(int64)
 		inst, _ := reply[i+1].(string)
 		key, _ := reply[i+2].(string)
 		left, _ := reply[i+3].(int64)
 		reporters, _ := reply[i+4].(int64)
-		c := retryhttp.Change{Kind: retryhttp.ChangeKind(kind), Instance: inst, Key: key,
+		c := fleet.Change{Kind: fleet.ChangeKind(kind), Instance: inst, Key: key,
 			For: max(time.Duration(left)*time.Millisecond-half, 0), Reporters: int(reporters)}
-		if c.For > 0 && (c.Kind == retryhttp.ChangeOpen || c.Kind == retryhttp.ChangeHold || c.Kind == retryhttp.ChangeAlive) {
+		if c.For > 0 && (c.Kind == fleet.ChangeOpen || c.Kind == fleet.ChangeHold || c.Kind == fleet.ChangeAlive) {
 			out = append(out, c)
 		}
 	}
@@ -293,24 +294,24 @@ func millis(d time.Duration) int64 {
 // decode parses a message that announceScript published:
 // "1 <kind> <left ms> <age ms> <reporters> <len(instance)> <instance><key>".
 // It reports false for anything else.
-func decode(p string) (retryhttp.Change, bool) {
+func decode(p string) (fleet.Change, bool) {
 	var n [6]int64
 	for i := range n {
 		f, rest, ok := strings.Cut(p, " ")
 		if !ok {
-			return retryhttp.Change{}, false
+			return fleet.Change{}, false
 		}
 		v, err := strconv.ParseInt(f, 10, 64)
 		if err != nil || v < 0 || v > math.MaxInt64/int64(time.Millisecond) {
-			return retryhttp.Change{}, false
+			return fleet.Change{}, false
 		}
 		n[i], p = v, rest
 	}
-	if n[0] != 1 || n[1] < int64(retryhttp.ChangeAlive) || n[1] > int64(retryhttp.ChangeHold) || n[5] > int64(len(p)) {
-		return retryhttp.Change{}, false
+	if n[0] != 1 || n[1] < int64(fleet.ChangeAlive) || n[1] > int64(fleet.ChangeHold) || n[5] > int64(len(p)) {
+		return fleet.Change{}, false
 	}
-	return retryhttp.Change{
-		Kind:      retryhttp.ChangeKind(n[1]),
+	return fleet.Change{
+		Kind:      fleet.ChangeKind(n[1]),
 		For:       time.Duration(n[2]) * time.Millisecond,
 		Age:       time.Duration(n[3]) * time.Millisecond,
 		Reporters: int(n[4]),

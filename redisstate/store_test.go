@@ -13,7 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
-	"github.com/retryhttp/retryhttp"
+	"github.com/retryhttp/retryhttp/fleet"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -38,7 +38,7 @@ func TestPushLatency(t *testing.T) {
 	p := prefix(t)
 	sender := New(srv.client(t), Options{Prefix: p})
 	const watchers, n = 7, 1000
-	kinds := []retryhttp.ChangeKind{retryhttp.ChangeFailing, retryhttp.ChangeOpen, retryhttp.ChangeClose, retryhttp.ChangeHold}
+	kinds := []fleet.ChangeKind{fleet.ChangeFailing, fleet.ChangeOpen, fleet.ChangeClose, fleet.ChangeHold}
 
 	start := time.Now()
 	var sent [n]atomic.Int64                      // since start, when Announce was called
@@ -54,7 +54,7 @@ func TestPushLatency(t *testing.T) {
 		ready.Add(1)
 		s.onSnapshot = func() { once.Do(ready.Done) }
 		running.Go(func() {
-			_ = s.Watch(ctx, func(c retryhttp.Change) {
+			_ = s.Watch(ctx, func(c fleet.Change) {
 				i, err := strconv.Atoi(strings.TrimPrefix(c.Key, "lat-"))
 				if c.Instance != "sender" || err != nil || i < 0 || i >= n || arrived[w][i] != 0 {
 					return
@@ -75,7 +75,7 @@ func TestPushLatency(t *testing.T) {
 	for i := range n {
 		time.Sleep(time.Until(start.Add(time.Duration(i) * time.Millisecond)))
 		sent[i].Store(int64(time.Since(start)))
-		c := retryhttp.Change{Kind: kinds[i%len(kinds)], Instance: "sender", Key: fmt.Sprint("lat-", i), For: 2 * time.Second}
+		c := fleet.Change{Kind: kinds[i%len(kinds)], Instance: "sender", Key: fmt.Sprint("lat-", i), For: 2 * time.Second}
 		require.NoError(t, sender.Announce(bg(t), c))
 	}
 	select {
@@ -109,14 +109,14 @@ func TestLateStarterSnapshot(t *testing.T) {
 	p := prefix(t)
 	a := New(srv.client(t), Options{Prefix: p})
 	t0 := time.Now()
-	require.NoError(t, a.Announce(bg(t), retryhttp.Change{Kind: retryhttp.ChangeOpen, Instance: "a", Key: "https://api.example.com", For: 3 * time.Second}))
+	require.NoError(t, a.Announce(bg(t), fleet.Change{Kind: fleet.ChangeOpen, Instance: "a", Key: "https://api.example.com", For: 3 * time.Second}))
 	t1 := time.Now()
 	timer := time.NewTimer(time.Second)
 	<-timer.C
 
 	w := startWatcher(t, New(srv.client(t), Options{Prefix: p}))
-	r, ok := w.waitFor(2*time.Second, func(c retryhttp.Change) bool {
-		return c.Kind == retryhttp.ChangeOpen && c.Key == "https://api.example.com"
+	r, ok := w.waitFor(2*time.Second, func(c fleet.Change) bool {
+		return c.Kind == fleet.ChangeOpen && c.Key == "https://api.example.com"
 	})
 	require.True(t, ok, "the late starter got the open")
 	// Redis ran the script between t0 and t1: the open ends between
@@ -139,11 +139,11 @@ func TestEntriesExpire(t *testing.T) {
 	p := prefix(t)
 	s := New(rdb, Options{Prefix: p})
 	const key = "https://brief.example.com"
-	for _, c := range []retryhttp.Change{
-		{Kind: retryhttp.ChangeAlive, Instance: "a", For: 200 * time.Millisecond},
-		{Kind: retryhttp.ChangeFailing, Instance: "b", Key: key, For: 200 * time.Millisecond},
-		{Kind: retryhttp.ChangeOpen, Instance: "a", Key: key, For: 200 * time.Millisecond},
-		{Kind: retryhttp.ChangeHold, Instance: "a", Key: key, For: 200 * time.Millisecond},
+	for _, c := range []fleet.Change{
+		{Kind: fleet.ChangeAlive, Instance: "a", For: 200 * time.Millisecond},
+		{Kind: fleet.ChangeFailing, Instance: "b", Key: key, For: 200 * time.Millisecond},
+		{Kind: fleet.ChangeOpen, Instance: "a", Key: key, For: 200 * time.Millisecond},
+		{Kind: fleet.ChangeHold, Instance: "a", Key: key, For: 200 * time.Millisecond},
 	} {
 		require.NoError(t, s.Announce(bg(t), c))
 	}
@@ -181,10 +181,10 @@ func TestExtendAndReporters(t *testing.T) {
 	w := startWatcher(t, New(srv.client(t), Options{Prefix: p, SnapshotPeriod: -1}))
 	require.True(t, w.waitSnapshot(t, 2*time.Second), "first snapshot")
 	const key = "https://api.example.com"
-	announce := func(c retryhttp.Change) retryhttp.Change {
+	announce := func(c fleet.Change) fleet.Change {
 		t.Helper()
 		require.NoError(t, s.Announce(bg(t), c))
-		r, ok := w.waitFor(2*time.Second, func(got retryhttp.Change) bool {
+		r, ok := w.waitFor(2*time.Second, func(got fleet.Change) bool {
 			return got.Kind == c.Kind && got.Instance == c.Instance && got.Key == c.Key
 		})
 		require.True(t, ok, "pushed: %+v", c)
@@ -193,38 +193,38 @@ func TestExtendAndReporters(t *testing.T) {
 		w.mu.Unlock()
 		return r.c
 	}
-	announce(retryhttp.Change{Kind: retryhttp.ChangeFailing, Instance: "a", Key: key, For: 4 * time.Second})
-	announce(retryhttp.Change{Kind: retryhttp.ChangeFailing, Instance: "a", Key: key, For: 4 * time.Second})
-	announce(retryhttp.Change{Kind: retryhttp.ChangeFailing, Instance: "b", Key: key, For: 50 * time.Millisecond})
-	announce(retryhttp.Change{Kind: retryhttp.ChangeFailing, Instance: "x", Key: "https://other.example.com", For: 4 * time.Second})
+	announce(fleet.Change{Kind: fleet.ChangeFailing, Instance: "a", Key: key, For: 4 * time.Second})
+	announce(fleet.Change{Kind: fleet.ChangeFailing, Instance: "a", Key: key, For: 4 * time.Second})
+	announce(fleet.Change{Kind: fleet.ChangeFailing, Instance: "b", Key: key, For: 50 * time.Millisecond})
+	announce(fleet.Change{Kind: fleet.ChangeFailing, Instance: "x", Key: "https://other.example.com", For: 4 * time.Second})
 	timer := time.NewTimer(100 * time.Millisecond) // b's report runs out
 	<-timer.C
-	c := announce(retryhttp.Change{Kind: retryhttp.ChangeOpen, Instance: "c", Key: key, For: 5 * time.Second})
+	c := announce(fleet.Change{Kind: fleet.ChangeOpen, Instance: "c", Key: key, For: 5 * time.Second})
 	assert.Equal(t, 2, c.Reporters, "a and c, not b (run out) nor x (another key)")
 	assert.InDelta(t, float64(5*time.Second), float64(c.For), float64(50*time.Millisecond))
 
-	c = announce(retryhttp.Change{Kind: retryhttp.ChangeOpen, Instance: "d", Key: key, For: time.Second})
+	c = announce(fleet.Change{Kind: fleet.ChangeOpen, Instance: "d", Key: key, For: time.Second})
 	assert.Equal(t, 3, c.Reporters)
 	assert.InDelta(t, float64(5*time.Second), float64(c.For), float64(100*time.Millisecond), "a shorter open keeps the later expiry")
 
-	c = announce(retryhttp.Change{Kind: retryhttp.ChangeHold, Instance: "a", Key: key, For: 8 * time.Second})
+	c = announce(fleet.Change{Kind: fleet.ChangeHold, Instance: "a", Key: key, For: 8 * time.Second})
 	assert.InDelta(t, float64(8*time.Second), float64(c.For), float64(50*time.Millisecond))
-	c = announce(retryhttp.Change{Kind: retryhttp.ChangeHold, Instance: "b", Key: key, For: 2 * time.Second})
+	c = announce(fleet.Change{Kind: fleet.ChangeHold, Instance: "b", Key: key, For: 2 * time.Second})
 	assert.InDelta(t, float64(8*time.Second), float64(c.For), float64(100*time.Millisecond), "a shorter hold keeps the later expiry")
 
 	cs, err := s.readSnapshot(bg(t))
 	require.NoError(t, err)
 	require.Len(t, cs, 2, "%+v", cs)
-	assert.Equal(t, retryhttp.Change{Kind: retryhttp.ChangeOpen, Instance: "c", Key: key, For: cs[0].For, Reporters: 3}, cs[0],
+	assert.Equal(t, fleet.Change{Kind: fleet.ChangeOpen, Instance: "c", Key: key, For: cs[0].For, Reporters: 3}, cs[0],
 		"the open named after the instance whose expiry is kept")
-	assert.Equal(t, retryhttp.ChangeHold, cs[1].Kind)
+	assert.Equal(t, fleet.ChangeHold, cs[1].Kind)
 
-	c = announce(retryhttp.Change{Kind: retryhttp.ChangeClose, Instance: "b", Key: key, Age: 30 * time.Millisecond})
+	c = announce(fleet.Change{Kind: fleet.ChangeClose, Instance: "b", Key: key, Age: 30 * time.Millisecond})
 	assert.Equal(t, 30*time.Millisecond, c.Age)
 	cs, err = s.readSnapshot(bg(t))
 	require.NoError(t, err)
 	require.Len(t, cs, 1, "the close ends the open, not the hold: %+v", cs)
-	assert.Equal(t, retryhttp.ChangeHold, cs[0].Kind)
+	assert.Equal(t, fleet.ChangeHold, cs[0].Kind)
 }
 
 // Keys travel byte for byte, whatever they hold.
@@ -237,8 +237,8 @@ func TestOddKeys(t *testing.T) {
 	keys := []string{"", " ", "a b c", "1 2 3 4 5 6", "{fleet}", "x\x00y", "\xff\xfe", "héllo wörld", "tenant:42\n"}
 	for i, k := range keys {
 		inst := fmt.Sprintf("in st %d", i)
-		require.NoError(t, s.Announce(bg(t), retryhttp.Change{Kind: retryhttp.ChangeHold, Instance: inst, Key: k, For: time.Minute}))
-		_, ok := w.waitFor(2*time.Second, func(c retryhttp.Change) bool { return c.Instance == inst && c.Key == k })
+		require.NoError(t, s.Announce(bg(t), fleet.Change{Kind: fleet.ChangeHold, Instance: inst, Key: k, For: time.Minute}))
+		_, ok := w.waitFor(2*time.Second, func(c fleet.Change) bool { return c.Instance == inst && c.Key == k })
 		assert.True(t, ok, "key %q", k)
 	}
 	cs, err := s.readSnapshot(bg(t))
@@ -253,7 +253,7 @@ func TestOddKeys(t *testing.T) {
 func TestDecode(t *testing.T) {
 	c, ok := decode("1 3 5000 0 2 3 abchttps://x y")
 	assert.True(t, ok)
-	assert.Equal(t, retryhttp.Change{Kind: retryhttp.ChangeOpen, Instance: "abc", Key: "https://x y", For: 5 * time.Second, Reporters: 2}, c)
+	assert.Equal(t, fleet.Change{Kind: fleet.ChangeOpen, Instance: "abc", Key: "https://x y", For: 5 * time.Second, Reporters: 2}, c)
 	for _, bad := range []string{"", "1", "2 3 5000 0 2 3 abc", "1 9 0 0 0 0 ", "1 3 -1 0 0 0 ", "1 3 0 0 0 4 abc",
 		"1 3 99999999999999999999 0 0 0 ", "1 3 x 0 0 0 "} {
 		_, ok := decode(bad)
@@ -284,7 +284,7 @@ func TestServerRestart(t *testing.T) {
 		ws = append(ws, w)
 	}
 	s := New(srv.client(t), Options{Prefix: p})
-	require.NoError(t, s.Announce(bg(t), retryhttp.Change{Kind: retryhttp.ChangeHold, Instance: "a", Key: "before", For: time.Minute}))
+	require.NoError(t, s.Announce(bg(t), fleet.Change{Kind: fleet.ChangeHold, Instance: "a", Key: "before", For: time.Minute}))
 
 	srv.Kill()
 	srv.Restart()
@@ -294,11 +294,11 @@ func TestServerRestart(t *testing.T) {
 	}
 	t.Logf("all watchers took a snapshot %v after the server answered again", time.Since(up).Round(time.Millisecond))
 
-	require.NoError(t, s.Announce(bg(t), retryhttp.Change{Kind: retryhttp.ChangeOpen, Instance: "a", Key: "after", For: 10 * time.Second}))
+	require.NoError(t, s.Announce(bg(t), fleet.Change{Kind: fleet.ChangeOpen, Instance: "a", Key: "after", For: 10 * time.Second}))
 	for i, w := range ws {
-		r, ok := w.waitFor(2*time.Second, func(c retryhttp.Change) bool { return c.Key == "after" })
+		r, ok := w.waitFor(2*time.Second, func(c fleet.Change) bool { return c.Key == "after" })
 		require.True(t, ok, "watcher %d: the open announced after the restart", i)
-		assert.Equal(t, retryhttp.ChangeOpen, r.c.Kind)
+		assert.Equal(t, fleet.ChangeOpen, r.c.Kind)
 	}
 }
 
@@ -307,13 +307,13 @@ func TestServerRestart(t *testing.T) {
 func TestAnnounceHonoursContext(t *testing.T) {
 	srv := startRedis(t)
 	s := New(srv.client(t), Options{Prefix: prefix(t), Timeout: 200 * time.Millisecond})
-	require.NoError(t, s.Announce(bg(t), retryhttp.Change{Kind: retryhttp.ChangeAlive, Instance: "a", For: time.Second}))
+	require.NoError(t, s.Announce(bg(t), fleet.Change{Kind: fleet.ChangeAlive, Instance: "a", For: time.Second}))
 	srv.Pause()
 	defer srv.Resume()
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	err := s.Announce(ctx, retryhttp.Change{Kind: retryhttp.ChangeAlive, Instance: "a", For: time.Second})
+	err := s.Announce(ctx, fleet.Change{Kind: fleet.ChangeAlive, Instance: "a", For: time.Second})
 	took := time.Since(start)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Less(t, took, 150*time.Millisecond)
@@ -330,8 +330,8 @@ func TestDefaultClient(t *testing.T) {
 	s := New(rdb, Options{Prefix: prefix(t)})
 	w := startWatcher(t, New(rdb, Options{Prefix: prefix(t), SnapshotPeriod: -1}))
 	require.True(t, w.waitSnapshot(t, 2*time.Second), "first snapshot")
-	require.NoError(t, s.Announce(bg(t), retryhttp.Change{Kind: retryhttp.ChangeOpen, Instance: "a", Key: "k", For: time.Second}))
-	_, ok := w.waitFor(2*time.Second, func(c retryhttp.Change) bool { return c.Key == "k" })
+	require.NoError(t, s.Announce(bg(t), fleet.Change{Kind: fleet.ChangeOpen, Instance: "a", Key: "k", For: time.Second}))
+	_, ok := w.waitFor(2*time.Second, func(c fleet.Change) bool { return c.Key == "k" })
 	require.True(t, ok, "pushed")
 	srv.Kill()
 	srv.Restart()
@@ -350,9 +350,9 @@ func TestCluster(t *testing.T) {
 	w := startWatcher(t, New(rdb, Options{Prefix: p}))
 	require.True(t, w.waitSnapshot(t, 5*time.Second), "first snapshot")
 	for _, key := range []string{"https://a.example.com", "https://b.example.com:8443", "tenant-7"} {
-		require.NoError(t, s.Announce(bg(t), retryhttp.Change{Kind: retryhttp.ChangeFailing, Instance: "b", Key: key, For: 4 * time.Second}))
-		require.NoError(t, s.Announce(bg(t), retryhttp.Change{Kind: retryhttp.ChangeOpen, Instance: "a", Key: key, For: 5 * time.Second}))
-		r, ok := w.waitFor(2*time.Second, func(c retryhttp.Change) bool { return c.Kind == retryhttp.ChangeOpen && c.Key == key })
+		require.NoError(t, s.Announce(bg(t), fleet.Change{Kind: fleet.ChangeFailing, Instance: "b", Key: key, For: 4 * time.Second}))
+		require.NoError(t, s.Announce(bg(t), fleet.Change{Kind: fleet.ChangeOpen, Instance: "a", Key: key, For: 5 * time.Second}))
+		r, ok := w.waitFor(2*time.Second, func(c fleet.Change) bool { return c.Kind == fleet.ChangeOpen && c.Key == key })
 		require.True(t, ok, "pushed: %s", key)
 		assert.Equal(t, 2, r.c.Reporters)
 	}
@@ -381,7 +381,7 @@ func TestWatchStops(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- s.Watch(ctx, func(retryhttp.Change) {}) }()
+	go func() { done <- s.Watch(ctx, func(fleet.Change) {}) }()
 	select {
 	case <-snapped:
 	case <-time.After(2 * time.Second):

@@ -17,6 +17,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/retryhttp/retryhttp"
+	"github.com/retryhttp/retryhttp/fleet"
 	"github.com/retryhttp/retryhttp/otelretry"
 	"github.com/retryhttp/retryhttp/redisstate"
 	"go.opentelemetry.io/otel/metric/noop"
@@ -46,8 +47,8 @@ func run() error {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled
 	defer rdb.Close()
-	fleet := retryhttp.NewFleet(redisstate.New(rdb, redisstate.Options{Prefix: "installcheck:"}), retryhttp.FleetConfig{})
-	tr := retryhttp.New(nil, retryhttp.WithHooks(hooks), retryhttp.WithFleet(fleet))
+	f := fleet.New(redisstate.New(rdb, redisstate.Options{Prefix: "installcheck:"}), fleet.Config{})
+	tr := retryhttp.New(nil, retryhttp.WithHooks(hooks), retryhttp.WithFleet(f))
 	defer tr.CloseIdleConnections()
 
 	resp, err := (&http.Client{Transport: tr}).Get(srv.URL)

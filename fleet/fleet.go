@@ -1,4 +1,4 @@
-package retryhttp
+package fleet
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/retryhttp/retryhttp/internal/fleetlink"
 	"github.com/retryhttp/retryhttp/internal/perkey"
 )
 
@@ -67,8 +68,8 @@ type Change struct {
 	Reporters int           // ChangeOpen: distinct instances that reported the key failing
 }
 
-// FleetConfig configures a Fleet. The zero value means every default.
-type FleetConfig struct {
+// Config configures a Fleet. The zero value means every default.
+type Config struct {
 	// Instance names this process to the others; "" means a random name.
 	Instance string
 	// Quorum is how many distinct instances must have reported a key
@@ -84,29 +85,30 @@ type FleetConfig struct {
 	// Timeout bounds each call to the store. 0 means 1 s.
 	Timeout time.Duration
 	// Queue is how many announcements wait for the store; when it is full
-	// the oldest is dropped (counted in FleetStats.Dropped). 0 means 1024.
+	// the oldest is dropped (counted in Stats.Dropped). 0 means 1024.
 	Queue int
 }
 
-// Fleet shares, through a Store, what the Breakers and Budgets of several
-// processes learn: a key's circuit opening and closing, a key's hold, and
-// the size of the fleet, by which each process divides its budget's floor
-// and cap. It does not share per-request counts, deposits and withdrawals,
-// a policy's memory or Stats. Requests read only local memory: changes
-// travel in the background, and a store that is slow, paused or down
-// leaves each process behaving as it would alone (its fleet size decays
-// back to 1 as heartbeats stop).
+// Fleet shares, through a Store, what the retryhttp Breakers and Budgets of
+// several processes learn: a key's circuit opening and closing, a key's
+// hold, and the size of the fleet, by which each process divides its
+// budget's floor and cap. It does not share per-request counts, deposits
+// and withdrawals, a policy's memory or a transport's Stats. Requests read
+// only local memory: changes travel in the background, and a store that is
+// slow, paused or down leaves each process behaving as it would alone (its
+// fleet size decays back to 1 as heartbeats stop).
 //
-// Create one with NewFleet, attach it with WithFleet, and run it with Run
-// for as long as the transports are used. It is safe for concurrent use.
+// Create one with New, attach it with retryhttp.WithFleet, and run it with
+// Run for as long as the transports are used. It is safe for concurrent
+// use.
 type Fleet struct {
 	store Store
-	cfg   FleetConfig
+	cfg   Config
 	queue chan queued
 
 	mu       sync.Mutex
-	breakers []*Breaker
-	budgets  []*Budget
+	breakers []fleetlink.Breaker
+	budgets  []fleetlink.Budget
 	seen     map[string]time.Time // other instances: when each counts until, by the local clock
 
 	size                         atomic.Int64
@@ -120,8 +122,8 @@ type queued struct {
 	at time.Time
 }
 
-// FleetStats counts what a Fleet did.
-type FleetStats struct {
+// Stats counts what a Fleet did.
+type Stats struct {
 	Size      int    // instances counted alive, this one included
 	Announced uint64 // changes the store accepted
 	Dropped   uint64 // changes dropped: the queue was full, or the store failed
@@ -129,8 +131,8 @@ type FleetStats struct {
 	Adopted   uint64 // of those, changes applied to a local circuit or hold
 }
 
-// NewFleet returns a Fleet that shares through s, configured by c.
-func NewFleet(s Store, c FleetConfig) *Fleet {
+// New returns a Fleet that shares through s, configured by c.
+func New(s Store, c Config) *Fleet {
 	if c.Instance == "" {
 		var b [8]byte
 		_, _ = rand.Read(b[:])
@@ -150,22 +152,29 @@ func NewFleet(s Store, c FleetConfig) *Fleet {
 	return f
 }
 
-// attach makes f share b and bu; either may be nil.
-func (f *Fleet) attach(b *Breaker, bu *Budget) {
+// The root package's New attaches the breaker and budget of each transport
+// given a fleet through fleetlink.Join, as it cannot call attach itself.
+func init() {
+	fleetlink.Join = func(f any, b fleetlink.Breaker, bu fleetlink.Budget) { f.(*Fleet).attach(b, bu) }
+}
+
+// attach makes f share b and bu; either may be nil. Each joins one fleet
+// only: one that has joined a fleet already is left as it is.
+func (f *Fleet) attach(b fleetlink.Breaker, bu fleetlink.Budget) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if b != nil && b.fleet.CompareAndSwap(nil, f) {
+	if b != nil && b.Join(f.announceLink) {
 		f.breakers = append(f.breakers, b)
 	}
-	if bu != nil && bu.fleet.CompareAndSwap(nil, f) {
+	if bu != nil && bu.Join() {
 		f.budgets = append(f.budgets, bu)
-		bu.share(int(f.size.Load()))
+		bu.Share(int(f.size.Load()))
 	}
 }
 
 // Stats returns what the fleet has done so far.
-func (f *Fleet) Stats() FleetStats {
-	return FleetStats{Size: int(f.size.Load()), Announced: f.announced.Load(), Dropped: f.dropped.Load(),
+func (f *Fleet) Stats() Stats {
+	return Stats{Size: int(f.size.Load()), Announced: f.announced.Load(), Dropped: f.dropped.Load(),
 		Received: f.received.Load(), Adopted: f.adopted.Load()}
 }
 
@@ -200,6 +209,11 @@ func (f *Fleet) announce(c Change) {
 	}
 }
 
+// announceLink announces a change a breaker's request made.
+func (f *Fleet) announceLink(c fleetlink.Change) {
+	f.announce(Change{Kind: ChangeKind(c.Kind), Key: c.Key, For: c.For, Age: c.Age, Reporters: c.Reporters})
+}
+
 func (f *Fleet) announceLoop(ctx context.Context) {
 	for {
 		select {
@@ -227,22 +241,40 @@ func (f *Fleet) announceLoop(ctx context.Context) {
 	}
 }
 
+// The waits between calls to a store's Watch that failed: full jitter,
+// from 100 ms doubling up to 5 s.
+const (
+	watchBase = 100 * time.Millisecond
+	watchCap  = 5 * time.Second
+)
+
 func (f *Fleet) watchLoop(ctx context.Context) {
-	backoff := FullJitter{Base: 100 * time.Millisecond, Cap: 5 * time.Second}
 	for n := 1; ctx.Err() == nil; n++ {
 		start := time.Now()
 		_ = f.store.Watch(ctx, f.apply)
 		if ctx.Err() != nil {
 			return
 		}
-		if time.Since(start) > backoff.Cap {
+		if time.Since(start) > watchCap {
 			n = 1 // it watched for a while: this is a new failure
 		}
 		// The store failed: try again, spread, as any retry should be.
-		if perkey.Sleep(ctx, backoff.Delay(n, 0)) != nil {
+		if perkey.Sleep(ctx, watchDelay(n)) != nil {
 			return
 		}
 	}
+}
+
+// watchDelay returns the wait before the nth call to Watch after a
+// failure: drawn uniformly from [0, min(watchCap, watchBase·2^(n−1))), as
+// retryhttp.FullJitter draws a retry's, so that processes that lost the
+// store together do not come back together.
+func watchDelay(n int) time.Duration {
+	d := watchBase
+	for i := 1; i < n && d < watchCap; i++ {
+		d = min(2*d, watchCap)
+	}
+	return perkey.Uniform(0, d)
 }
 
 func (f *Fleet) heartbeatLoop(ctx context.Context) {
@@ -276,7 +308,7 @@ func (f *Fleet) recount(now time.Time) {
 	f.mu.Unlock()
 	if changed {
 		for _, b := range budgets {
-			b.share(n)
+			b.Share(n)
 		}
 	}
 }
@@ -313,8 +345,9 @@ func (f *Fleet) apply(c Change) {
 	f.mu.Lock()
 	breakers := f.breakers
 	f.mu.Unlock()
+	lc := fleetlink.Change{Kind: fleetlink.Kind(c.Kind), Key: c.Key, For: c.For, Age: c.Age, Reporters: c.Reporters}
 	for _, b := range breakers {
-		if b.adopt(c, quorum, now) {
+		if b.Adopt(lc, quorum, now) {
 			f.adopted.Add(1)
 		}
 	}

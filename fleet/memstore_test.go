@@ -1,4 +1,4 @@
-package retryhttp
+package fleet_test
 
 import (
 	"context"
@@ -6,9 +6,11 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/retryhttp/retryhttp/fleet"
 )
 
-// memStore is an in-memory Store for virtual-time tests of the Fleet, with
+// memStore is an in-memory fleet.Store for virtual-time tests of the Fleet, with
 // a delivery latency, a share of pushes lost, and a switch that makes it
 // fail. It keeps opens, holds, failure reports and heartbeats by its own
 // clock, as a real store keeps them by its own.
@@ -18,13 +20,13 @@ type memStore struct {
 	every   time.Duration // snapshot period; 0: only at (re)connect
 
 	mu       sync.Mutex
-	down     bool                            // guarded by mu
-	opens    map[string]time.Time            // guarded by mu
-	openBy   map[string]string               // key -> the instance whose open is kept; guarded by mu
-	holds    map[string]time.Time            // guarded by mu
-	failing  map[string]map[string]time.Time // key -> instance -> until; guarded by mu
-	alive    map[string]time.Time            // guarded by mu
-	watchers map[*func(Change)]struct{}      // guarded by mu
+	down     bool                             // guarded by mu
+	opens    map[string]time.Time             // guarded by mu
+	openBy   map[string]string                // key -> the instance whose open is kept; guarded by mu
+	holds    map[string]time.Time             // guarded by mu
+	failing  map[string]map[string]time.Time  // key -> instance -> until; guarded by mu
+	alive    map[string]time.Time             // guarded by mu
+	watchers map[*func(fleet.Change)]struct{} // guarded by mu
 	pending  sync.WaitGroup
 }
 
@@ -32,7 +34,7 @@ var errStoreDown = errors.New("memStore: down")
 
 func newMemStore(latency time.Duration) *memStore {
 	return &memStore{latency: latency, opens: map[string]time.Time{}, openBy: map[string]string{}, holds: map[string]time.Time{},
-		failing: map[string]map[string]time.Time{}, alive: map[string]time.Time{}, watchers: map[*func(Change)]struct{}{}}
+		failing: map[string]map[string]time.Time{}, alive: map[string]time.Time{}, watchers: map[*func(fleet.Change)]struct{}{}}
 }
 
 func (s *memStore) setDown(down bool) {
@@ -41,7 +43,7 @@ func (s *memStore) setDown(down bool) {
 	s.down = down
 }
 
-func (s *memStore) Announce(ctx context.Context, c Change) error {
+func (s *memStore) Announce(ctx context.Context, c fleet.Change) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.down {
@@ -49,11 +51,11 @@ func (s *memStore) Announce(ctx context.Context, c Change) error {
 	}
 	now := time.Now()
 	switch c.Kind {
-	case ChangeAlive:
+	case fleet.ChangeAlive:
 		s.alive[c.Instance] = now.Add(c.For)
-	case ChangeFailing:
+	case fleet.ChangeFailing:
 		s.report(c.Key, c.Instance, now.Add(c.For))
-	case ChangeOpen:
+	case fleet.ChangeOpen:
 		s.report(c.Key, c.Instance, now.Add(c.For))
 		c.Reporters = 0
 		for _, until := range s.failing[c.Key] {
@@ -65,9 +67,9 @@ func (s *memStore) Announce(ctx context.Context, c Change) error {
 			s.opens[c.Key] = until
 			s.openBy[c.Key] = c.Instance
 		}
-	case ChangeClose:
+	case fleet.ChangeClose:
 		delete(s.opens, c.Key)
-	case ChangeHold:
+	case fleet.ChangeHold:
 		if until := now.Add(c.For); until.After(s.holds[c.Key]) {
 			s.holds[c.Key] = until
 		}
@@ -90,7 +92,7 @@ func (s *memStore) report(key, instance string, until time.Time) {
 
 // deliver passes c to apply after the latency; durations shrink by it, as
 // they would on a real wire. Called with mu held.
-func (s *memStore) deliver(apply func(Change), c Change, sent time.Time) {
+func (s *memStore) deliver(apply func(fleet.Change), c fleet.Change, sent time.Time) {
 	s.pending.Add(1)
 	time.AfterFunc(s.latency, func() {
 		defer s.pending.Done()
@@ -103,7 +105,7 @@ func (s *memStore) deliver(apply func(Change), c Change, sent time.Time) {
 	})
 }
 
-func (s *memStore) Watch(ctx context.Context, apply func(Change)) error {
+func (s *memStore) Watch(ctx context.Context, apply func(fleet.Change)) error {
 	s.mu.Lock()
 	if s.down {
 		s.mu.Unlock()
@@ -136,7 +138,7 @@ func (s *memStore) Watch(ctx context.Context, apply func(Change)) error {
 }
 
 // snapshotLocked hands apply every live open, hold and heartbeat.
-func (s *memStore) snapshotLocked(apply func(Change)) {
+func (s *memStore) snapshotLocked(apply func(fleet.Change)) {
 	now := time.Now()
 	for k, until := range s.opens {
 		if now.Before(until) {
@@ -146,17 +148,17 @@ func (s *memStore) snapshotLocked(apply func(Change)) {
 					n++
 				}
 			}
-			s.deliver(apply, Change{Kind: ChangeOpen, Instance: s.openBy[k], Key: k, For: until.Sub(now), Reporters: n}, now)
+			s.deliver(apply, fleet.Change{Kind: fleet.ChangeOpen, Instance: s.openBy[k], Key: k, For: until.Sub(now), Reporters: n}, now)
 		}
 	}
 	for k, until := range s.holds {
 		if now.Before(until) {
-			s.deliver(apply, Change{Kind: ChangeHold, Instance: "store", Key: k, For: until.Sub(now)}, now)
+			s.deliver(apply, fleet.Change{Kind: fleet.ChangeHold, Instance: "store", Key: k, For: until.Sub(now)}, now)
 		}
 	}
 	for id, until := range s.alive {
 		if now.Before(until) {
-			s.deliver(apply, Change{Kind: ChangeAlive, Instance: id, For: until.Sub(now)}, now)
+			s.deliver(apply, fleet.Change{Kind: fleet.ChangeAlive, Instance: id, For: until.Sub(now)}, now)
 		}
 	}
 }

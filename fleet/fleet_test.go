@@ -1,18 +1,29 @@
-package retryhttp
+package fleet_test
 
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/retryhttp/retryhttp"
+	"github.com/retryhttp/retryhttp/fleet"
+	"github.com/retryhttp/retryhttp/internal/testhttp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
+
+// Every test must leave no goroutine behind: a fleet's loops end with the
+// context given to Run.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // fleetRun is one scenario for several transports in one process, each
 // standing for a process of its own: its own breaker and budget, and, when
@@ -45,7 +56,7 @@ func runFleetScenario(t *testing.T, c fleetRun) fleetResult {
 		}
 		start := time.Now()
 		var mu sync.Mutex
-		host := newBreakerFake(func(*http.Request) (int, error) {
+		host := hostFunc(func(*http.Request) (int, error) {
 			at := time.Since(start)
 			mu.Lock()
 			defer mu.Unlock()
@@ -66,19 +77,19 @@ func runFleetScenario(t *testing.T, c fleetRun) fleetResult {
 		store.every = 2 * time.Second
 		ctx, cancel := context.WithCancel(context.Background())
 		var running sync.WaitGroup
-		trs := make([]*Transport, c.transports)
+		trs := make([]*retryhttp.Transport, c.transports)
 		for i := range trs {
 			var rt http.RoundTripper = next
 			if i == c.bad {
 				rt = brokenNetwork{}
 			}
-			opts := []Option{}
+			opts := []retryhttp.Option{}
 			if c.share {
-				f := NewFleet(store, FleetConfig{Instance: fmt.Sprint("p", i), Heartbeat: time.Second})
+				f := fleet.New(store, fleet.Config{Instance: fmt.Sprint("p", i), Heartbeat: time.Second})
 				running.Go(func() { _ = f.Run(ctx) })
-				opts = append(opts, WithFleet(f))
+				opts = append(opts, retryhttp.WithFleet(f))
 			}
-			trs[i] = New(rt, opts...)
+			trs[i] = retryhttp.New(rt, opts...)
 		}
 		time.Sleep(100 * time.Millisecond) // the first heartbeats go round
 		start = time.Now()
@@ -89,10 +100,10 @@ func runFleetScenario(t *testing.T, c fleetRun) fleetResult {
 			time.Sleep(time.Until(start.Add(time.Duration(i) * time.Second / time.Duration(c.rate))))
 			tr := i % c.transports
 			wg.Go(func() {
-				resp, err := trs[tr].RoundTrip(newReq(context.Background(), http.MethodGet, nil))
+				resp, err := trs[tr].RoundTrip(newGET(context.Background()))
 				if err == nil {
 					resp.Body.Close()
-				} else if e, ok := err.(*Error); ok && e.Attempts == 0 && tr != c.bad {
+				} else if e, ok := err.(*retryhttp.Error); ok && e.Attempts == 0 && tr != c.bad {
 					refused.Add(1)
 				}
 			})
@@ -106,10 +117,22 @@ func runFleetScenario(t *testing.T, c fleetRun) fleetResult {
 	return res
 }
 
-// failWith turns the breaker fake's 0 status into a failure with a status
-// and an optional Retry-After.
+// hostFunc is the host of a scenario: it answers each attempt with a
+// response of the status it returns, or, for 0, with the error.
+type hostFunc func(req *http.Request) (int, error)
+
+func (h hostFunc) RoundTrip(req *http.Request) (*http.Response, error) {
+	status, err := h(req)
+	if status == 0 {
+		return nil, err
+	}
+	return testhttp.Response(req, status, http.NoBody), nil
+}
+
+// failWith turns the host's 0 status into a failure with a status and an
+// optional Retry-After.
 type failWith struct {
-	f          *breakerFake
+	f          hostFunc
 	status     int
 	retryAfter string
 }
@@ -117,7 +140,7 @@ type failWith struct {
 func (w failWith) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := w.f.RoundTrip(req)
 	if resp == nil && err == nil {
-		resp = newResponse(req, w.status, http.NoBody)
+		resp = testhttp.Response(req, w.status, http.NoBody)
 		if w.retryAfter != "" {
 			resp.Header.Set("Retry-After", w.retryAfter)
 		}
@@ -128,7 +151,22 @@ func (w failWith) RoundTrip(req *http.Request) (*http.Response, error) {
 // brokenNetwork fails every attempt, as one process's own bad network would.
 type brokenNetwork struct{}
 
-func (brokenNetwork) RoundTrip(req *http.Request) (*http.Response, error) { return nil, errReset() }
+func (brokenNetwork) RoundTrip(req *http.Request) (*http.Response, error) {
+	return nil, &net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)}
+}
+
+// testURL is the URL of every request; the host is the key of every
+// circuit.
+const testURL = "http://example.test/path?q=1"
+
+// newGET returns a GET of testURL; its error cannot happen.
+func newGET(ctx context.Context) *http.Request {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, testURL, nil)
+	if err != nil {
+		panic(err)
+	}
+	return req
+}
 
 // Eight processes sharing what they learn waste about what one process
 // carrying all the traffic wastes; eight that share nothing waste more.
@@ -179,21 +217,21 @@ func TestFleetStoreDown(t *testing.T) {
 		store := newMemStore(time.Millisecond)
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		a := NewFleet(store, FleetConfig{Instance: "a", Heartbeat: time.Second})
-		b := NewFleet(store, FleetConfig{Instance: "b", Heartbeat: time.Second})
+		a := fleet.New(store, fleet.Config{Instance: "a", Heartbeat: time.Second})
+		b := fleet.New(store, fleet.Config{Instance: "b", Heartbeat: time.Second})
 		var running sync.WaitGroup
 		running.Go(func() { _ = a.Run(ctx) })
 		running.Go(func() { _ = b.Run(ctx) })
-		budget := NewBudget(BudgetConfig{})
-		tr := New(statusNext(200), WithBudget(budget), WithFleet(a))
+		budget := retryhttp.NewBudget(retryhttp.BudgetConfig{})
+		tr := retryhttp.New(statusNext(200), retryhttp.WithBudget(budget), retryhttp.WithFleet(a))
 		time.Sleep(1500 * time.Millisecond)
 		require.Equal(t, 2, a.Stats().Size, "fleet size with both alive")
-		assert.InDelta(t, 5.0, budget.tokens(hostKey{}, time.Now()), 0.01, "the floor's burst, halved")
+		assert.Equal(t, 5, retriesGranted(t, budget), "the floor's burst, halved")
 
 		store.setDown(true)
 		time.Sleep(10 * time.Second)
 		for range 100 {
-			sendGET(t, tr, testURL)
+			testhttp.SendGET(t, tr, testURL)
 		}
 		assert.Equal(t, 1, a.Stats().Size, "fleet size after heartbeats stopped")
 		assert.Positive(t, a.Stats().Dropped, "announcements dropped")
@@ -203,56 +241,50 @@ func TestFleetStoreDown(t *testing.T) {
 	})
 }
 
+// retriesGranted returns how many retries budget grants one request at
+// once, as whole tokens: the request fails until the budget refuses a
+// retry, with no delay between its attempts, so that the floor does not
+// refill meanwhile.
+func retriesGranted(t *testing.T, budget *retryhttp.Budget) int {
+	t.Helper()
+	tr := retryhttp.New(statusNext(http.StatusServiceUnavailable), retryhttp.WithBudget(budget), retryhttp.WithBreaker(nil),
+		retryhttp.WithPolicy(noDelay{}), retryhttp.WithMaxAttempts(100), retryhttp.WithMaxWait(0))
+	testhttp.SendGET(t, tr, testURL)
+	s := tr.Stats()
+	require.Equal(t, uint64(1), s.BudgetDenied, "the budget refused the last retry")
+	return int(s.Retries)
+}
+
+// noDelay retries at once.
+type noDelay struct{}
+
+func (noDelay) Delay(int, time.Duration) time.Duration { return 0 }
+
+// statusNext answers every attempt with its status.
+type statusNext int
+
+func (n statusNext) RoundTrip(req *http.Request) (*http.Response, error) {
+	return testhttp.Response(req, int(n), http.NoBody), nil
+}
+
 // A transport shared through a fleet reads only local memory: its success
 // path allocates nothing.
 func TestFleetSuccessPathAllocs(t *testing.T) {
-	tr := New(newOKNext(), WithFleet(NewFleet(newMemStore(0), FleetConfig{})))
+	ok := &http.Response{StatusCode: http.StatusOK, Body: http.NoBody, Header: http.Header{}}
+	next := roundTripFunc(func(*http.Request) (*http.Response, error) { return ok, nil })
+	tr := retryhttp.New(next, retryhttp.WithFleet(fleet.New(newMemStore(0), fleet.Config{})))
 	req, err := http.NewRequest(http.MethodGet, "http://example.test/x", nil)
 	require.NoError(t, err)
-	allocs := successAllocs(t, tr, req)
+	allocs := testing.AllocsPerRun(1000, func() {
+		resp, err := tr.RoundTrip(req)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatal(resp, err)
+		}
+	})
 	assert.Zero(t, allocs)
 }
 
-// slowStore takes a second over each announcement and keeps what it got.
-type slowStore struct {
-	mu  sync.Mutex
-	got []Change
-}
+// roundTripFunc is an http.RoundTripper of one function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
 
-func (s *slowStore) Announce(ctx context.Context, c Change) error {
-	time.Sleep(time.Second)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.got = append(s.got, c)
-	return nil
-}
-
-func (s *slowStore) Watch(ctx context.Context, apply func(Change)) error {
-	<-ctx.Done()
-	return nil
-}
-
-// A change that waited for a slow store says what is left of its time; one
-// whose time ran out while it waited is dropped.
-func TestFleetQueuedChangesAge(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		store := &slowStore{}
-		f := NewFleet(store, FleetConfig{Instance: "a", Heartbeat: time.Hour, Timeout: time.Minute})
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { _ = f.Run(ctx); close(done) }()
-		synctest.Wait() // the first heartbeat is with the store
-		f.announce(Change{Kind: ChangeHold, Key: "k", For: 3 * time.Second})
-		f.announce(Change{Kind: ChangeHold, Key: "k", For: 1500 * time.Millisecond})
-		f.announce(Change{Kind: ChangeClose, Key: "k"})
-		time.Sleep(10 * time.Second)
-		cancel()
-		<-done
-		store.mu.Lock()
-		defer store.mu.Unlock()
-		require.Len(t, store.got, 3, "the heartbeat, the first hold, the close")
-		assert.Equal(t, 2*time.Second, store.got[1].For, "the hold waited 1 s behind the heartbeat")
-		assert.Equal(t, 2*time.Second, store.got[2].Age, "the close waited 2 s: the dropped hold took no time")
-		assert.Equal(t, uint64(1), f.Stats().Dropped, "the second hold ran out while it waited")
-	})
-}
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
