@@ -1,7 +1,6 @@
 package retryhttp
 
 import (
-	"fmt"
 	"math"
 	"sync/atomic"
 	"time"
@@ -46,102 +45,60 @@ const (
 // maxBreakerDuration bounds the breaker's durations: about 73 years.
 const maxBreakerDuration = time.Duration(1<<63-1) / 4
 
-// BreakerConfig configures a Breaker. The zero value means every default.
+// BreakerConfig configures a Breaker. The zero value means every default,
+// and the package's rule for settings holds for every field.
 type BreakerConfig struct {
-	// Span is how long failures must persist, from the first failure of a
-	// failure period to the latest, before the circuit trips. 2,000 requests
-	// failing within the same 100 ms are one event, not a reason to trip.
-	// 0 means 2 s. A failure period that reaches twice
-	// the span without tripping starts afresh, so failures count together
-	// only when they come within twice the span of the period's first: a
-	// span shorter than the gaps between a host's failures never trips.
+	// Span is how long failures must persist, from the first of a failure
+	// period to the latest, before the circuit trips: 2,000 requests
+	// failing in the same 100 ms are one event. A period that reaches
+	// twice the span without tripping starts afresh. 0 means 2 s.
 	Span time.Duration
-	// MinFailures is how many failures the period must hold to trip.
-	// 0 means 5.
+	// MinFailures is how many failures the period must hold. 0 means 5.
 	MinFailures int
-	// FailureRatio is the share of failures among the outcomes of the period
-	// at or above which the circuit trips. 0 means
-	// 0.5.
+	// FailureRatio is the share of failures among the period's outcomes at
+	// or above which the circuit trips. 0 means 0.5.
 	FailureRatio float64
-	// OpenFor is the first time an open circuit refuses requests in an
-	// outage. When its probe fails, it opens again for longer: for a 64th
-	// of how long the host has been failing, at least OpenFor, at most
-	// MaxOpenFor. 0 means 250 ms.
-	OpenFor time.Duration
-	// MaxOpenFor is the longest time an open circuit refuses requests, as
-	// an outage goes on. 0 means 60 s; a value at or below OpenFor keeps
-	// every open time at OpenFor.
-	MaxOpenFor time.Duration
-	// OpenJitter is the width of the random time added to OpenFor each time
-	// a circuit opens, so that circuits tripped together (a fleet of
-	// clients, or many hosts behind one failed load balancer) do not
-	// half-open together; it grows with the open time, in proportion. 0
-	// means OpenFor (the first open time is in [250 ms, 500 ms) by default);
-	// a negative value means none.
+	// OpenFor is how long a circuit first stays open. Each failed probe
+	// opens it again for a 64th of how long the host has been failing,
+	// within [OpenFor, MaxOpenFor]. 0 means 250 ms; MaxOpenFor 0 means
+	// 60 s.
+	OpenFor, MaxOpenFor time.Duration
+	// OpenJitter is the most of the random time added to each open time,
+	// so that circuits tripped together do not half-open together. 0
+	// means OpenFor.
 	OpenJitter time.Duration
-	// Probes is how many requests a half-open circuit lets through at once.
-	// The first that succeeds closes the circuit; the first that fails
-	// opens it again. 0 means 1.
+	// Probes is how many requests a half-open circuit lets through at
+	// once; the first answer closes or reopens it. 0 means 1.
 	Probes int
-	// MaxHosts is how many hosts' lanes are kept before idle ones (circuit
-	// closed, or open past its open time, and no request in flight toward
-	// the host) are evicted, least recently used first. Lanes that are not
-	// idle are never evicted, so the table exceeds MaxHosts only by those.
-	// 0 means 65,536.
+	// MaxHosts is how many keys are kept before idle ones are evicted,
+	// least recently used first. 0 means 65,536.
 	MaxHosts int
-	// SlowAfter is the least time an attempt must have waited for its
-	// response headers, when its caller's deadline passes, to count as a
-	// failure of its host: an attempt of a request without a body that
-	// got no answer before its caller's deadline counts when it ran
-	// longer than SlowAfter and longer than twice the host's recent
-	// answers took (the slowest of them, followed as it comes down). A
-	// host that hangs (accepts connections and never answers) then trips
-	// its circuit under callers' deadlines, with no attempt timeout; a
-	// healthy host slower than a caller's deadline does not, as its
-	// answers have shown how long it takes. A cancelled context never
-	// counts (a hedge that won elsewhere says nothing of this host), nor
-	// does a request with a body (its time may have gone into the
-	// caller's own slow upload). The answers timed are those of one
-	// request in 8, and every one to a host whose callers gave up on an
-	// attempt within the last minute; only requests whose context can
-	// end, or whose attempts have a timeout, are timed, so a host whose
-	// every answer went to callers without either has no answer time,
-	// and SlowAfter alone decides. 0 means 1 s; a negative value turns
-	// the rule off (a caller giving up then tells the circuit nothing).
+	// SlowAfter: an attempt without a body unanswered at its caller's
+	// deadline, after longer than SlowAfter and twice the host's recent
+	// answers, fails its host, so that a hung host trips. 0 means 1 s.
 	SlowAfter time.Duration
-	// OnStateChange, if set, is called with every change of a circuit's
-	// state: trips, half-openings, closings, and what an operator does
-	// through Isolate and Reset (a hold is not a change of state: see
-	// HostState.HeldUntil), with Key, From, To and Until set. It runs on
-	// the goroutine that made the change, after the breaker's locks are
-	// released, once for the Breaker however many transports share it.
+	// OnStateChange, if set, is told each change of a circuit (Event's
+	// Key, From, To and Until), Isolate and Reset included, once however
+	// many transports share the Breaker, after its locks are released.
 	OnStateChange func(Event)
 }
 
-// Breaker holds one circuit per host (scheme, host, port). A circuit counts
-// retryable failures as failures (but not a 429 while WithAdaptiveRate
-// covers 429, as it does by default: the host is up) and any other
-// response as a success; it trips on failure that persists over
-// BreakerConfig.Span, refuses requests while open, then lets a few probes
-// through. Each host's lane also keeps the previous delay that
-// DecorrelatedJitter grows from. A Breaker may be shared between
-// transports and is safe for concurrent use; a request to a host whose
-// circuit is closed takes no lock.
+// Breaker holds one circuit per key. A circuit counts retryable failures
+// (not a 429 WithAdaptiveRate covers: the host is up), trips on failure
+// that persists over BreakerConfig.Span, refuses requests while open, then
+// lets a probe through. It may be shared between transports.
 type Breaker struct {
 	set      *perkey.Set
 	cfg      BreakerConfig                          // with the defaults filled in
 	announce atomic.Pointer[func(fleetlink.Change)] // shares changes through a fleet, when set
 }
 
-// NewBreaker returns a Breaker configured by c, with defaults for zero
-// fields.
-//
-// NewBreaker panics if FailureRatio is NaN or above 1, which would never
-// trip, or never stop tripping.
+// NewBreaker returns a Breaker configured by c.
 func NewBreaker(c BreakerConfig) *Breaker {
-	if math.IsNaN(c.FailureRatio) || c.FailureRatio > 1 {
-		panic(fmt.Sprintf("retryhttp: NewBreaker: BreakerConfig.FailureRatio is %v; use a share in (0, 1], or 0 for the default", c.FailureRatio))
+	if math.IsNaN(c.FailureRatio) {
+		c.FailureRatio = 0 // the default
 	}
+	c.FailureRatio = min(c.FailureRatio, 1) // a share: more than all is all
 	if c.Span <= 0 {
 		c.Span = defaultBreakerSpan
 	}
@@ -201,8 +158,7 @@ func stateful(p Policy) bool {
 // State is the state of one host's circuit.
 type State int
 
-// The states of a circuit. Their values are those of the lanes'
-// perkey.State, so that one converts to the other.
+// The states of a circuit.
 const (
 	StateClosed   = State(perkey.Closed)   // requests pass; failures are counted
 	StateOpen     = State(perkey.Open)     // requests are refused without touching the network
@@ -235,34 +191,16 @@ func (s State) String() string {
 // are longer than a second.
 const defaultSlowAfter = time.Second
 
-// HostState is what a Breaker holds for one key, as Host and Snapshot
-// report it.
+// HostState is what a Breaker holds for one key.
 type HostState struct {
-	Key   string // as hooks and errors report it
-	State State  // the circuit's: StateClosed, StateOpen or StateHalfOpen
-	// Since is when the circuit entered State; the zero time for a key the
-	// breaker does not hold.
-	Since time.Time
-	// Until is when an open circuit may let a probe through; the zero
-	// time while isolated, and for other states.
-	Until time.Time
-	// HeldUntil is when the key's hold ends: a server asked, with a long
-	// Retry-After, for no request before then (a hold is not a state of
-	// the circuit, which goes on as it was beside it). The zero time when
-	// the key is not held.
-	HeldUntil time.Time
-	// Isolated reports that an operator opened the circuit with Isolate;
-	// it stays open until Reset.
-	Isolated bool
-	// FailingSince is when the key began failing: the first failure of
-	// the failures that opened its circuit, kept while it stays open or
-	// half-open, or of a failure period under way on a closed circuit; the
-	// zero time for a key that is not failing.
-	FailingSince time.Time
-	// Rate is the send rate the key is held to, in requests per second,
-	// by its server's advertised quota or after a throttle; 0 when it is
-	// not paced.
-	Rate float64
+	Key          string    // as hooks and errors report it
+	State        State     // the circuit's
+	Since        time.Time // when the circuit entered State; zero for a key not held
+	Until        time.Time // when an open circuit may let a probe through; zero while isolated
+	HeldUntil    time.Time // when a hold a server asked for ends; zero when not held
+	Isolated     bool      // Isolate opened the circuit, until Reset
+	FailingSince time.Time // when the key began failing; zero when it is not
+	Rate         float64   // the send rate it is paced at, per second; 0 when not paced
 }
 
 // hostState turns a lane's view into what Host and Snapshot report.
@@ -277,8 +215,8 @@ func hostState(key string, v perkey.View) HostState {
 	return s
 }
 
-// Host returns the state of one key: "scheme://host[:port]", or a key that
-// WithKey computed. A key the breaker does not hold is closed.
+// Host returns the state of one key, scheme://host[:port] or what WithKey
+// computes; a key the breaker does not hold is closed.
 func (b *Breaker) Host(key string) HostState {
 	l := b.set.Peek(perkey.ParseKey(key))
 	if l == nil {
@@ -287,9 +225,8 @@ func (b *Breaker) Host(key string) HostState {
 	return hostState(l.Key().String(), l.View(time.Now()))
 }
 
-// Snapshot returns the state of every key whose circuit is not closed,
-// that is held or whose send rate is limited, in no particular order. It is safe to call while requests
-// run; each key is read at its own instant.
+// Snapshot returns the state of every key that is not closed, held or
+// paced, each read at its own instant, in no particular order.
 func (b *Breaker) Snapshot() []HostState {
 	now := time.Now()
 	var out []HostState
@@ -301,18 +238,15 @@ func (b *Breaker) Snapshot() []HostState {
 	return out
 }
 
-// Isolate opens the key's circuit until Reset: every request to it is
-// refused with an error wrapping ErrCircuitOpen that names the isolation,
-// and requests sleeping toward it wake, as when a circuit trips. The change
-// is reported to BreakerConfig.OnStateChange.
+// Isolate opens the key's circuit until Reset: its requests are refused,
+// and those sleeping toward it wake.
 func (b *Breaker) Isolate(key string) {
 	l := b.set.Lane(perkey.ParseKey(key))
 	b.changed(l, l.Isolate(time.Now(), maxBreakerDuration), false)
 }
 
-// Reset closes the key's circuit and ends its hold and isolation, with the
-// failures counted so far and the policy's memory of the key forgotten, as
-// after a fix. The changes are reported to BreakerConfig.OnStateChange.
+// Reset closes the key's circuit, ends its hold and isolation, and
+// forgets its failures, as after a fix.
 func (b *Breaker) Reset(key string) {
 	l := b.set.Peek(perkey.ParseKey(key))
 	if l == nil {

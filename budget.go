@@ -1,7 +1,6 @@
 package retryhttp
 
 import (
-	"fmt"
 	"math"
 	"sync/atomic"
 	"time"
@@ -26,38 +25,30 @@ const (
 	defaultBudgetMaxTokens = 1000
 )
 
-// BudgetConfig configures a Budget. The zero value means every default.
+// BudgetConfig configures a Budget. The zero value means every default;
+// the package's rule for settings holds for every field, and Ratio,
+// MinPerSecond and MaxTokens are at most a billion.
 type BudgetConfig struct {
-	// Ratio is the tokens each original request deposits; a retry costs one,
-	// so retries add at most Ratio to the load of original requests.
-	// 0 means 0.1; a negative value deposits nothing,
-	// leaving only the floor.
+	// Ratio is the tokens each original request deposits; a retry costs
+	// one, so retries add at most Ratio to the load. 0 means 0.1;
+	// negative, no deposits: the floor alone.
 	Ratio float64
-	// MinPerSecond is the floor: tokens that refill every second whatever the
-	// traffic, so a quiet client can still retry. A fresh budget starts with
-	// one second's worth banked, so a new client can retry at once.
-	// 0 means 10; a negative value means no floor.
+	// MinPerSecond is the floor: tokens that refill every second whatever
+	// the traffic, one second's worth banked from the start, so that a
+	// quiet client can retry. 0 means 10; negative, no floor.
 	MinPerSecond float64
-	// MaxTokens caps the tokens banked from deposits.
-	// 0 means 1,000.
+	// MaxTokens caps the tokens banked from deposits. 0 means 1,000.
 	MaxTokens float64
-	// PerHost gives every host (scheme, host, port) a budget of its own, so
-	// that one dead tenant cannot spend the retries of the others. false
-	// means one budget for every host.
-	PerHost bool
-	// MaxHosts is how many hosts' budgets PerHost keeps before idle ones
-	// (floor full) are evicted, least recently used first; an evicted host
-	// starts afresh, with a full floor and nothing banked. 0 means
-	// 65,536.
+	PerHost   bool // a budget per key, so that one dead tenant cannot spend the others' retries
+	// MaxHosts is how many keys' budgets PerHost keeps before idle ones
+	// are evicted, least recently used first. 0 means 65,536.
 	MaxHosts int
 }
 
-// Budget is a token-bucket retry budget. Every original request deposits
-// Ratio tokens, a floor refills MinPerSecond, and every retry withdraws one
-// token; a retry that finds no token is not made: the request waits for its
-// key to recover, as WithMaxWait allows, or, when it may not wait, the
-// caller gets the last response at once, without sleeping. A Budget may be shared between
-// transports, and is safe for concurrent use. A deposit takes no lock.
+// Budget is a token-bucket retry budget: every original request deposits
+// Ratio tokens, a floor refills MinPerSecond, and every retry withdraws
+// one; a retry that finds none waits for its key, as WithMaxWait allows,
+// or is not made. It may be shared between transports.
 type Budget struct {
 	ratio   int64 // micro-tokens deposited per original request
 	max     int64 // cap of banked micro-tokens
@@ -76,18 +67,20 @@ type Budget struct {
 // small as 0.000001 (one retry per million requests) still counts.
 const unit = 1_000_000
 
-// NewBudget returns a Budget configured by c, with defaults for zero fields.
-//
-// NewBudget panics if a field holds a value that cannot mean anything:
-// NaN or an infinity.
+// maxBudgetTokens bounds Ratio, MinPerSecond and MaxTokens: a billion
+// tokens is more than any client spends, and keeps every count in
+// micro-tokens, and the floor's burst, within their integers.
+const maxBudgetTokens = 1e9
+
+// NewBudget returns a Budget configured by c.
 func NewBudget(c BudgetConfig) *Budget {
-	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"Ratio", c.Ratio}, {"MinPerSecond", c.MinPerSecond}, {"MaxTokens", c.MaxTokens}} {
-		if math.IsNaN(f.v) || math.IsInf(f.v, 0) {
-			panic(fmt.Sprintf("retryhttp: NewBudget: BudgetConfig.%s is %v; use a finite number", f.name, f.v))
+	for _, v := range []*float64{&c.Ratio, &c.MinPerSecond, &c.MaxTokens} {
+		if math.IsNaN(*v) {
+			*v = 0 // the default
 		}
+		// Bounded so that micro-tokens, and the floor's burst, fit their
+		// integers: more than anyone can spend is as good as infinite.
+		*v = min(*v, maxBudgetTokens)
 	}
 	if c.Ratio == 0 {
 		c.Ratio = defaultBudgetRatio

@@ -131,15 +131,10 @@ func decide(f facts) (next, Reason) {
 	return retryAfter, reasonNone
 }
 
-// DefaultRetryIf is the default test of WithRetryIf. It retries transport
-// errors and the statuses 408, 429, 500, 502, 503 and 504, unless the server
-// advises otherwise: on a response with a status of 400 or above, the
-// headers X-Should-Retry (sent by OpenAI, Anthropic and other APIs whose
-// SDKs are generated alike) and Stripe-Should-Retry, when "true" or "false",
-// decide instead. Whatever it says, the transport never retries the
-// caller's own context ending, a certificate error, or an error the request
-// itself caused before anything reached the host (a malformed URL or
-// header, an unsupported scheme).
+// DefaultRetryIf is the default test of WithRetryIf: transport errors and
+// the statuses 408, 429, 500, 502, 503 and 504, unless X-Should-Retry or
+// Stripe-Should-Retry ("true" or "false") on a status of 400 or above says
+// otherwise.
 func DefaultRetryIf(resp *http.Response, err error) bool {
 	if err != nil {
 		return true

@@ -8,49 +8,32 @@ import (
 	"time"
 )
 
-// Reason says why the transport stopped retrying a request, carried by
-// Error and reported to hooks; or, from RetryAt, why it gave the instant it
-// gave. One type serves both, because the causes are the same: a request
-// that stops for an open circuit is told, by RetryAt, to come back when the
-// circuit may let it through.
+// Reason says why a request stopped being retried (Error, GiveUp,
+// Transport.Why), or why RetryAt gave its instant.
 type Reason int
 
-// The reasons a request stops being retried, or is to be sent again later.
-// The zero Reason, whose String is "none", is none of them: the request
-// did not stop for a reason of its own (it succeeded, say), or RetryAt
-// knows of nothing that should delay it.
+// The reasons. The zero Reason, "none", is none of them: the request did
+// not stop for a reason of its own, or RetryAt knows of none.
 const (
 	reasonNone Reason = iota
-	// ReasonNotRetryable: the outcome is not retryable (a 404, a 410 Gone,
-	// a certificate error, or whatever WithRetryIf rejects); from RetryAt,
-	// also a key failing for longer than WithFailingHorizon allows: do not
-	// send the request again.
+	// ReasonNotRetryable: retrying cannot change the answer (a 404, a 410,
+	// a certificate error, what WithRetryIf rejects; from RetryAt, a key
+	// past WithFailingHorizon): do not send it again.
 	ReasonNotRetryable
-	// ReasonNotReplayable: the request may not be sent again. Its method
-	// may not be sent twice (a POST or PATCH without an Idempotency-Key,
-	// or what WithIdempotentIf rejects), or its body cannot be sent again
-	// (no GetBody, larger than WithBodyBuffer, or GetBody failed).
+	// ReasonNotReplayable: the request may not be sent twice (a POST or
+	// PATCH without an Idempotency-Key, what WithIdempotentIf rejects), or
+	// its body cannot be (no GetBody, larger than WithBodyBuffer).
 	ReasonNotReplayable
-	// ReasonAttemptsUsed: WithMaxAttempts attempts have been made, and
-	// any that rode out a young failure of the key past them.
-	ReasonAttemptsUsed
-	// ReasonDeadline: the context's deadline leaves no room for the delay.
-	ReasonDeadline
-	// ReasonBudgetExhausted: the retry budget has no token.
-	ReasonBudgetExhausted
-	// ReasonCircuitOpen: the host's circuit is open.
-	ReasonCircuitOpen
-	// ReasonContextDone: the request's context ended.
-	ReasonContextDone
-	// ReasonHeld: the server asked for time the request could not wait
-	// (see WithMaxWait): a Retry-After on this response or an earlier one
-	// of its key, or a quota it advertised as spent. From RetryAt: the
-	// instant the server named, or when the key's send rate lets the
-	// request go.
+	ReasonAttemptsUsed    // WithMaxAttempts attempts were made
+	ReasonDeadline        // the context's deadline leaves no room for the delay
+	ReasonBudgetExhausted // the retry budget has no token
+	ReasonCircuitOpen     // the key's circuit is open
+	ReasonContextDone     // the request's context ended
+	// ReasonHeld: the server asked for time the request could not wait (a
+	// Retry-After, a spent quota, the key's send rate); RetryAt says when.
 	ReasonHeld
-	// ReasonConcurrencyLimit: the key had as many attempts in flight as
-	// WithConcurrencyLimit allows, and the request may not wait for a
-	// place (WithMaxWait(0)).
+	// ReasonConcurrencyLimit: the key had WithConcurrencyLimit attempts in
+	// flight, and the request waits for nothing (WithMaxWait(0)).
 	ReasonConcurrencyLimit
 )
 
@@ -75,23 +58,18 @@ func (r Reason) String() string {
 	return "Reason(" + strconv.Itoa(int(r)) + ")"
 }
 
-// Error is the error RoundTrip returns when it returns no response. It names
-// the request's key and how many attempts were made, and wraps the cause,
-// so errors.Is and errors.As reach it: the last attempt's transport error,
-// the context's error, or ErrCircuitOpen.
+// Error is what RoundTrip returns without a response: it names the key,
+// the attempts and the Reason, and wraps the cause (the last attempt's
+// error, the context's, ErrCircuitOpen, ErrBudgetExhausted) for errors.Is
+// and errors.As.
 type Error struct {
-	Method   string // the request's method
-	Key      string // the key of the request's circuit: scheme://host[:port], or what WithKey computes
-	Attempts int    // attempts sent to the next RoundTripper; 0 if none was
-	Reason   Reason // why no further attempt was made
-	Err      error  // the cause; never nil
-	// Until is, when an open circuit or a hold refused the request, when
-	// the key may be tried again; the zero time otherwise, or when an
-	// operator isolated the key.
-	Until time.Time
-	// Waited is how long the request waited, in all, for its key to
-	// recover (see WithMaxWait).
-	Waited time.Duration
+	Method   string        // the request's method
+	Key      string        // the request's key: scheme://host[:port], or what WithKey computes
+	Attempts int           // attempts sent; 0 if none was
+	Reason   Reason        // why no further attempt was made
+	Err      error         // the cause; never nil
+	Until    time.Time     // for an open circuit or a hold, when the key may be tried again
+	Waited   time.Duration // how long the request waited for its key, in all
 
 	key hostKey
 }
@@ -119,16 +97,12 @@ func plural(n int) string {
 	return "s"
 }
 
-// ErrCircuitOpen is wrapped by the error of a request that a host's open
-// circuit refused, or woke from its sleep before a retry.
+// ErrCircuitOpen is wrapped by the error of a request its key's open
+// circuit refused.
 var ErrCircuitOpen = errors.New("retryhttp: circuit open")
 
-// ErrBudgetExhausted is the reason reported when the retry budget has no
-// token for a retry (and the request's wait for its key, if it may wait,
-// ended unanswered). The caller still gets the last real response when it
-// has one to give; an Error wraps ErrBudgetExhausted beside the last
-// attempt's transport error, or alone when the response could not be kept
-// while the request waited (see WithMaxWait).
+// ErrBudgetExhausted is wrapped by the error of a request whose retry the
+// budget refused, when there is no response to give back.
 var ErrBudgetExhausted = errors.New("retryhttp: retry budget exhausted")
 
 // errTurn is the cause when a request that waited its turn behind the

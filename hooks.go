@@ -5,70 +5,41 @@ import (
 	"time"
 )
 
-// Hooks is a set of optional callbacks that observe a Transport, in the
-// manner of net/http/httptrace.ClientTrace. Set them with WithHooks: given
-// to New they observe every request; through ContextWithOptions, the
-// requests made with that context, after the transport's own. Any field
-// may be nil.
-//
-// Hooks run synchronously on the goroutine of the request they observe, and
-// never under a lock of the transport, budget or breaker: a slow hook
-// delays only its own request. A hook must not modify the request or read
-// or close a response body. Hooks shared between requests must be safe for
-// concurrent use. The request a hook receives is the caller's, headers and
-// query included; logging them can leak secrets (see the slog example).
+// Hooks are optional callbacks that observe a Transport, as
+// net/http/httptrace's do. They run on the request's goroutine, under no
+// lock of the transport, and must not modify the request or touch a body.
+// A request carries its headers and query: log them with care.
 type Hooks struct {
-	// AttemptStart is called before each attempt is sent.
-	AttemptStart func(Event)
-	// AttemptDone is called when the next RoundTripper returns.
-	AttemptDone func(Event)
-	// RetryScheduled is called when a retry has passed every check and
-	// is about to wait its Delay.
-	RetryScheduled func(Event)
-	// GiveUp is called when retrying stops on a failure, or RoundTrip
-	// returns an error; Reason says why.
-	GiveUp func(Event)
-	// WaitDone is called when a request's wait for its key to recover
-	// ends (see WithMaxWait).
-	WaitDone func(Event)
-	// Quota is called when a response's rate-limit headers set its key's
-	// pace or hold.
-	Quota func(Event)
+	AttemptStart   func(Event) // before each attempt is sent
+	AttemptDone    func(Event) // when the next RoundTripper returns
+	RetryScheduled func(Event) // when a retry is about to wait its Delay
+	GiveUp         func(Event) // when retrying stops on a failure, or RoundTrip returns an error
+	WaitDone       func(Event) // when a wait for the key to recover ends (WithMaxWait)
+	Quota          func(Event) // when rate-limit headers set the key's pace or hold
 }
 
-// Event is what a hook, or BreakerConfig.OnStateChange, is told. Each
-// field says which callbacks set it; the others leave it zero.
+// Event is what a hook, or BreakerConfig.OnStateChange, is told; each
+// field names the callbacks that set it.
 type Event struct {
 	Request *http.Request // the caller's request; nil for OnStateChange
-	// Key is the request's key: scheme://host[:port], or what WithKey
-	// computes. Set for WaitDone, Quota and OnStateChange.
-	Key string
-	// Attempt is how many attempts have been sent: the attempt's own
-	// number for AttemptStart and AttemptDone (1 for the first); for
-	// RetryScheduled the retry's number (the retry is attempt Attempt+1).
-	Attempt  int
-	Status   int           // AttemptDone, GiveUp: the response's status code; 0 with an error
-	Err      error         // AttemptDone, GiveUp: the error; nil with a response
-	Duration time.Duration // AttemptDone: from sending to the response headers or the error
-	// Delay is the wait drawn before the retry (RetryScheduled); after a
-	// Retry-After, without the spread.
-	Delay      time.Duration
-	RetryAfter bool // RetryScheduled: the server's Retry-After set the delay
-	Clamped    bool // RetryScheduled: the Retry-After asked for more than WithMaxRetryAfter allows
-	// Reason is why no further attempt was made (GiveUp), or what would
-	// have refused the request that waited (WaitDone): ReasonCircuitOpen
-	// or ReasonBudgetExhausted; zero when it waited its turn behind
-	// others.
-	Reason   Reason
-	Local    bool          // GiveUp: the response is the transport's own (WithCircuitOpenResponse)
-	Waited   time.Duration // WaitDone: how long it waited; GiveUp: how long, in all
-	Released bool          // WaitDone: the key let the request go; false: the wait ran out
-	// Rate is the send rate the key is held to now, in requests per
-	// second (Quota); 0 when it is not paced.
-	Rate      float64
-	HeldUntil time.Time // Quota: set when the quota is spent: the key is held until then
-	From, To  State     // OnStateChange: the circuit's state before and after
-	Until     time.Time // OnStateChange: for a change to StateOpen, when a probe may go
+	Key     string        // WaitDone, Quota, OnStateChange: the key
+	// Attempt is how many attempts were sent: the attempt's own number for
+	// AttemptStart and AttemptDone, the retry's for RetryScheduled.
+	Attempt    int
+	Status     int           // AttemptDone, GiveUp: the status; 0 with an error
+	Err        error         // AttemptDone, GiveUp: the error; nil with a response
+	Duration   time.Duration // AttemptDone: to the response headers or the error
+	Delay      time.Duration // RetryScheduled: the wait drawn (a Retry-After without its spread)
+	RetryAfter bool          // RetryScheduled: a Retry-After set Delay
+	Clamped    bool          // RetryScheduled: ... and asked more than WithMaxRetryAfter
+	Reason     Reason        // GiveUp: why; WaitDone: what would have refused it (zero: its turn)
+	Local      bool          // GiveUp: the response is a local 503 (WithCircuitOpenResponse)
+	Waited     time.Duration // WaitDone: the wait; GiveUp: all the waits
+	Released   bool          // WaitDone: the key let the request go
+	Rate       float64       // Quota: the key's send rate now, per second; 0: not paced
+	HeldUntil  time.Time     // Quota: the quota is spent; the key is held until then
+	From, To   State         // OnStateChange: the circuit's state before and after
+	Until      time.Time     // OnStateChange: for a change to StateOpen, when a probe may go
 }
 
 // hookSet is the hooks of one request: the transport's and the request's.

@@ -2,7 +2,6 @@ package retryhttp
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"slices"
 	"time"
@@ -64,27 +63,16 @@ type settings struct {
 	responseBuffer int64         // the largest successful response body read before RoundTrip returns; 0: none
 }
 
-// Option configures a Transport in New. The options that shape one
-// request's retries return a RequestOption, which a request may also carry
-// through ContextWithOptions; the options that return a plain Option set
-// state or behaviour that a Transport shares between its requests (a
-// budget, a breaker, hooks, the key), and only New takes them.
-//
-// Every option follows one rule for its argument. Zero (0 or nil) turns
-// off what can be off: retries (WithMaxAttempts(0) sends each request
-// once), the budget, the breaker, hooks, first-attempt jitter, waits asked
-// for by Retry-After, the Retry-After spread, the body buffer, the
-// response buffer, the attempt timeout and the wait for a key to recover
-// (WithMaxWait(0) refuses at once). For a choice that cannot be off (the policy, the retry
-// and idempotency tests, the key) zero restores the default. A negative
-// number or duration has no meaning, and the option panics, naming itself.
+// Option configures a Transport in New. Those that shape one request's
+// retries are RequestOptions, which a request may also carry through
+// ContextWithOptions; the others set what a Transport shares between its
+// requests.
 type Option interface {
 	applyTransport(*Transport)
 }
 
 // RequestOption is an Option that one request may take too, through
-// ContextWithOptions: it shapes that request's own retries. Given to New,
-// it sets the Transport's default for every request.
+// ContextWithOptions. Given to New, it sets the default for every request.
 type RequestOption interface {
 	Option
 	applyRequest(*settings)
@@ -117,15 +105,12 @@ func newTransportOption(name string, f func(*Transport)) Option {
 	return transportOption{name: name, f: f}
 }
 
-// nonNegative panics, naming the option, if v is negative.
-func nonNegative[N int | int64 | time.Duration](option string, v N) {
-	if v < 0 {
-		panic(fmt.Sprintf("retryhttp: %s(%v): negative", option, v))
-	}
-}
+// offIfNegative returns v, or 0 (off) for a negative v: in an option, zero
+// and negative values alike turn the setting off.
+func offIfNegative[N int | int64 | time.Duration](v N) N { return max(v, 0) }
 
-// WithPolicy sets the policy that draws the delay before each retry.
-// nil means the default, FullJitter{} (base 200 ms, cap 30 s).
+// WithPolicy sets the policy that draws the delay before each retry; nil
+// means FullJitter{}.
 func WithPolicy(p Policy) RequestOption {
 	return newRequestOption("WithPolicy", func(s *settings) {
 		if p == nil {
@@ -136,52 +121,42 @@ func WithPolicy(p Policy) RequestOption {
 }
 
 // WithMaxAttempts sets how many attempts a request may make, the first
-// included: 1 or 0 turns retries off. The default is 4. A request whose
-// attempts are used while its key's failure is young may make up to two
-// more to ride it out, within its deadline and WithMaxWait (see the
-// package documentation); WithMaxWait(0) keeps it to n.
+// included; 1 or less turns retries off. The default is 4, and up to two
+// more, within the deadline, while the key's failure is young.
 func WithMaxAttempts(n int) RequestOption {
-	nonNegative("WithMaxAttempts", n)
 	return newRequestOption("WithMaxAttempts", func(s *settings) { s.maxAttempts = max(n, 1) })
 }
 
 // WithFirstAttemptJitter delays each request's first attempt by a duration
-// drawn from [0, max), so that a bulk sender's burst (10,000 deliveries from
-// one batch) does not arrive at one instant. The wait ends early, with the
-// context's error, if the request's context ends; or with an Error
-// wrapping ErrCircuitOpen, and no attempt sent, if the key's circuit is or
-// becomes open. 0 turns it off (the default).
+// drawn from [0, max), so that a bulk sender's burst does not arrive at
+// one instant. Off by default.
 func WithFirstAttemptJitter(max time.Duration) RequestOption {
-	nonNegative("WithFirstAttemptJitter", max)
+	max = offIfNegative(max)
 	return newRequestOption("WithFirstAttemptJitter", func(s *settings) { s.firstJitter = max })
 }
 
-// WithMaxRetryAfter clamps the wait a server's Retry-After header may ask
-// for; the default is 30 s. 0 means a Retry-After
-// never delays a retry beyond the spread.
+// WithMaxRetryAfter clamps the wait a server's Retry-After may ask for.
+// The default is 30 s; off, a Retry-After delays a retry by its spread
+// only.
 func WithMaxRetryAfter(d time.Duration) RequestOption {
-	nonNegative("WithMaxRetryAfter", d)
+	d = offIfNegative(d)
 	return newRequestOption("WithMaxRetryAfter", func(s *settings) { s.maxRetryAfter = d })
 }
 
-// WithRetryAfterSpread sets the width of the random spread added above a
-// Retry-After wait, or a hold's end, so that clients told the same instant
-// do not return at the same instant. The spread follows the crowd: drawn
-// when the server's wait is over, it is 1 ms for each request of the key
-// then sleeping toward it or waiting for it beyond the first 100, up to
-// this width, so that a lone caller, or a service's 100 workers, take a
-// Retry-After as given while 1,100 or more are spread over all of it. The
-// default is 1 s; 0 means no spread.
+// WithRetryAfterSpread sets the most of the random spread added above a
+// Retry-After wait or a hold's end, so that clients told the same instant
+// do not return at it together: 1 ms for each request of the key waiting
+// beyond the first 100, up to this width. The default is 1 s.
 func WithRetryAfterSpread(d time.Duration) RequestOption {
-	nonNegative("WithRetryAfterSpread", d)
+	d = offIfNegative(d)
 	return newRequestOption("WithRetryAfterSpread", func(s *settings) { s.retryAfterSpread = d })
 }
 
 // WithRetryIf sets which outcomes of an attempt are retryable: f gets the
-// response (nil on error) and the error (nil with a response). The caller's
-// own context ending is never retried, whatever f says, and f cannot make a
-// request that may not be sent twice retryable. nil means DefaultRetryIf.
-// f must not read or close the response body.
+// response (nil on error) and the error (nil with a response); nil means
+// DefaultRetryIf. It cannot make retryable the caller's context ending, or
+// a request that may not be sent twice. f must not read or close the
+// body.
 func WithRetryIf(f func(*http.Response, error) bool) RequestOption {
 	return newRequestOption("WithRetryIf", func(s *settings) {
 		if f == nil {
@@ -191,18 +166,12 @@ func WithRetryIf(f func(*http.Response, error) bool) RequestOption {
 	})
 }
 
-// WithIdempotentIf sets which requests may be sent more than once. nil means
-// DefaultIdempotentIf. f must not modify the request. It is a rule of
-// safety, not a choice of what to retry: it decides only for attempts
-// that reached the server, or may have. An attempt that provably never
-// did (its connection refused, its name not found, its TLS handshake
-// failed) is retried whatever f says, as sending it again cannot apply it
-// twice. To retry only some requests at all, give the others one attempt
-// (WithMaxAttempts(1) in their context). For one request, mark it either
-// way through its context:
-//
-//	always := func(*http.Request) bool { return true }
-//	ctx = retryhttp.ContextWithOptions(ctx, retryhttp.WithIdempotentIf(always))
+// WithIdempotentIf sets which requests may be sent more than once; nil
+// means DefaultIdempotentIf. It decides only for attempts that reached the
+// server, or may have: one that provably never did (its connection
+// refused) is retried whatever f says. To keep a request from being
+// retried at all, give it WithMaxAttempts(1) through its context. f must
+// not modify the request.
 func WithIdempotentIf(f func(*http.Request) bool) RequestOption {
 	return newRequestOption("WithIdempotentIf", func(s *settings) {
 		if f == nil {
@@ -212,185 +181,100 @@ func WithIdempotentIf(f func(*http.Request) bool) RequestOption {
 	})
 }
 
-// WithBodyBuffer lets requests whose body cannot be replayed (no GetBody)
-// be retried: up to maxBytes of such a body are read into memory before the
-// first attempt and replayed from there. A larger body is sent once, whole,
-// and not retried. 0 turns buffering off (the default): only bodies with
-// GetBody, such as those http.NewRequest makes from a bytes.Buffer,
-// bytes.Reader or strings.Reader, are replayed.
+// WithBodyBuffer lets a request whose body has no GetBody be retried: up
+// to maxBytes of it are read into memory first and replayed from there; a
+// larger body is sent once. Off by default: only bodies with GetBody
+// (http.NewRequest sets it for a bytes.Buffer, bytes.Reader or
+// strings.Reader) are replayed.
 func WithBodyBuffer(maxBytes int64) RequestOption {
-	nonNegative("WithBodyBuffer", maxBytes)
+	maxBytes = offIfNegative(maxBytes)
 	return newRequestOption("WithBodyBuffer", func(s *settings) { s.bodyBuffer = maxBytes })
 }
 
-// WithAttemptTimeout gives each attempt d to deliver its response headers.
-// An attempt that runs out is a retryable transport error whose cause
-// satisfies errors.Is(err, context.DeadlineExceeded). Reading the body of a
-// response that arrived in time is not cut off: the attempt's context lives
-// until the body is closed. 0 turns it off (the default); the request's own
-// context still bounds everything. A d below one millisecond is raised to
-// one: a shorter timeout falls within the scheduler's own jitter, so
-// whether an attempt made it would depend on the machine's load, not on the
-// host, and every attempt could fail the same way.
+// WithAttemptTimeout gives each attempt d to deliver its response headers;
+// one that runs out is a retryable error satisfying errors.Is(err,
+// context.DeadlineExceeded). Reading the body is not cut off. Off by
+// default; a d under 1 ms is raised to 1 ms, below which the scheduler's
+// own jitter would decide.
 func WithAttemptTimeout(d time.Duration) RequestOption {
-	nonNegative("WithAttemptTimeout", d)
-	if d > 0 {
+	if d = offIfNegative(d); d > 0 {
 		d = max(d, minAttemptTimeout)
 	}
 	return newRequestOption("WithAttemptTimeout", func(s *settings) { s.attemptTimeout = d })
 }
 
-// WithAdaptiveRate sets the statuses that limit a key's send rate: an
-// answer with one of them and no usable Retry-After (the server said "too
-// many" but not when to come back) cuts the rate at which attempts to the
-// key leave, first attempts and retries alike, to 0.7 of what it was; the
-// rate then grows back along a CUBIC curve (RFC 9438) while the key answers
-// normally, and pacing ends once it has grown well past what was
-// throttled. Attempts to a paced key wait their turn, first come first
-// served; the wait ends with the request's context, and a request whose
-// deadline the queue ahead cannot fit returns at once. The default is 429
-// only: a 503 without Retry-After may be an outage, the breaker's business;
-// add it with WithAdaptiveRate(429, 503). While 429 is among the statuses,
-// a 429 does not count toward tripping the key's circuit: the host is up
-// and asks for less, and a batch whose first burst is answered 429 at once
-// must not have its circuit opened. No status turns pacing off, that by
-// statuses and that by the quota a server advertises in its rate-limit
-// headers (RateLimit, X-RateLimit-* and the vendors' forms), which
-// otherwise holds a key while its quota is spent and paces it at the rate
-// the quota sustains. A key
-// that has never been throttled costs nothing beyond the look-up of its key's
-// lane, which a transport with a breaker makes anyway.
+// WithAdaptiveRate sets the statuses that, without a usable Retry-After,
+// cut a key's send rate to 0.7 of what it was, to grow back along a CUBIC
+// curve (RFC 9438). The default is 429; add 503 for S3's "503 SlowDown".
+// With no status (a number outside 100 to 599 counts for none), pacing is
+// off, the quotas servers advertise in rate-limit headers included.
 func WithAdaptiveRate(statuses ...int) RequestOption {
-	statuses = slices.Clone(statuses)
+	statuses = slices.DeleteFunc(slices.Clone(statuses), func(c int) bool { return c < 100 || c > 599 })
 	return newRequestOption("WithAdaptiveRate", func(s *settings) { s.throttleOn = statuses })
 }
 
 // WithMaxWait sets the longest a request waits, in all, for its key to
-// recover, where the retry budget, an open circuit or an isolated key
-// would otherwise refuse it. The default is 30 s; the request's context
-// bounds the wait too. A waiting request holds no connection and no
-// goroutine of the transport's; the key lets it go, oldest first, only on
-// evidence that it is back (a probe or another request answered), at a
-// rate that starts low and grows while the key keeps answering. The wait
-// is not an attempt. It also bounds how long a key may have been failing
-// for a request to wait for it: a key failing for longer is down, and its
-// open circuit refuses requests at once, while those already waiting
-// return when it has been failing for that long. A request whose attempts
-// are used rides out a key failing for less (see WithMaxAttempts).
-// When the wait ends unanswered, the caller gets what it would have got
-// without waiting (the last response, or an Error with the reason), and
-// Event and Error say how long it waited.
-//
-// 0 waits for nothing on the request's behalf, as a dispatcher with its
-// own queue wants: a refusal of the budget or the circuit comes back at
-// once, and so does a wait a server asked for longer than 1 s (a
-// Retry-After, or a hold, with ReasonHeld); the
-// caller asks RetryAt when to send the request again. The policy's own
-// delays are slept as drawn (at most 0.8 s each under the default).
+// recover where the budget or an open circuit would refuse it: 30 s by
+// default, within the deadline, holding no connection or goroutine. 0
+// waits for nothing, for a dispatcher with its own queue: those refusals,
+// a server's wait over 1 s (ReasonHeld) and an attempt over
+// WithConcurrencyLimit come back at once, and RetryAt says when to send
+// again. The policy's own delays are slept.
 func WithMaxWait(d time.Duration) RequestOption {
-	nonNegative("WithMaxWait", d)
+	d = offIfNegative(d)
 	return newRequestOption("WithMaxWait", func(s *settings) { s.maxWait = d })
 }
 
-// WithResponseBuffer makes the transport read the body of a successful
-// response (a 2xx status) into memory, up to maxBytes, before RoundTrip
-// returns it, so that a body cut mid-read (the connection reset or closed
-// before the declared Content-Length, or a chunked body's end, arrived) is
-// retried like a transport error, instead of reaching the caller as a
-// read error after the headers: RoundTrip cannot take a response back
-// once it has returned it. It suits small JSON answers that a caller reads
-// whole anyway; the body is then read before RoundTrip returns, and a
-// caller that stops reading early no longer saves the rest of the
-// transfer.
-//
-// The rules of a retry apply as to any transport error: only a request
-// that may be sent again is buffered (idempotent, its body replayable, and
-// more than one attempt allowed), and the others stream as they do
-// without the option; a cut that is not retried (the budget, the circuit,
-// the deadline, the attempts left, or WithRetryIf) ends the request with
-// an Error wrapping the read error. A body the response declares larger
-// than maxBytes is not read; one that turns out larger (no declared
-// length) is handed back streaming, the bytes already read in front of
-// the rest. A buffered body's ContentLength is its length. Stats counts
-// the bodies buffered, cut and too large. 0 turns it off (the default).
-//
-// The read is bounded by the request's context only: WithAttemptTimeout
-// bounds the wait for the response headers, not the body. A body that
-// stalls without being cut keeps RoundTrip waiting until the context
-// ends, so give the request a deadline; and leave the option off for
-// streamed answers (server-sent events, long polls), which RoundTrip
-// would return only once the stream ends.
+// WithResponseBuffer reads a 2xx response's body, up to maxBytes, before
+// RoundTrip returns, so that a body cut mid-read is retried like a
+// transport error instead of reaching the caller as a read error. Only
+// requests that may be retried are buffered; a larger body is handed back
+// streaming. Off by default. The read is bounded by the request's context
+// only: leave it off for streams (server-sent events, long polls).
 func WithResponseBuffer(maxBytes int64) RequestOption {
-	nonNegative("WithResponseBuffer", maxBytes)
+	maxBytes = offIfNegative(maxBytes)
 	return newRequestOption("WithResponseBuffer", func(s *settings) { s.responseBuffer = maxBytes })
 }
 
-// WithConcurrencyLimit allows at most n attempts in flight (sent, response
-// headers not yet back) to one key, so that one slow tenant cannot hold
-// every connection and goroutine of the caller (a bulkhead). Attempts over
-// the limit wait their turn, first come first served, until the request's
-// context ends; a request of WithMaxWait(0), which waits for nothing, is
-// refused at once instead (ReasonConcurrencyLimit), so that a dispatcher
-// with a fixed pool of workers moves on to other work. 0 turns it off
-// (the default).
+// WithConcurrencyLimit allows at most n attempts in flight to one key, so
+// that one slow tenant cannot take every connection and worker (a
+// bulkhead). Attempts over it wait their turn; one of WithMaxWait(0) is
+// refused at once (ReasonConcurrencyLimit). Off by default.
 func WithConcurrencyLimit(n int) Option {
-	nonNegative("WithConcurrencyLimit", n)
+	n = offIfNegative(n)
 	return newTransportOption("WithConcurrencyLimit", func(t *Transport) {
 		t.s.inFlight = perkey.Limits{MaxInFlight: n}
 	})
 }
 
-// WithKey sets what a request's circuit, hold and per-host budget are kept
-// by: f returns the key, and requests with equal keys share them. nil means
-// the default, scheme://host[:port] (the port only when it is not the
-// scheme's default). On a path-style endpoint, where one host serves many
-// buckets or tenants, key by the first path segment as well, so that one
-// failing bucket does not stop the others:
-//
-//	retryhttp.WithKey(func(r *http.Request) string {
-//		seg, _, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
-//		return r.URL.Scheme + "://" + r.URL.Host + "/" + seg
-//	})
-//
-// Hooks, errors and the breaker's snapshot report the key. f is called for
-// every request, so it should be cheap; it must not modify the request.
+// WithKey sets what a request's circuit, hold, send rate and per-host
+// budget are kept by; nil means scheme://host[:port]. Key by tenant, bucket
+// or API key where one host serves many, so that one failing or throttled
+// does not stop the others. f is called for every request: keep it cheap.
 func WithKey(f func(*http.Request) string) Option {
 	return newTransportOption("WithKey", func(t *Transport) { t.keyFunc = f })
 }
 
-// WithCircuitOpenResponse makes a request that an open circuit refuses get
-// a local 503 response instead of an error, so that an SDK above the
-// transport handles it as it handles a server's 503 (its own error type,
-// its own backoff). The response says when the circuit may let a probe
-// through, in Retry-After (seconds), Retry-After-Ms and X-Amz-Retry-After
-// (milliseconds, which aws-sdk-go-v2 reads), and carries the header
-// X-Retryhttp-Local: circuit-open to mark it as made by this transport, not
-// by the server; its body is a JSON error object. GiveUp hooks see it with
-// Event.Local set, and Stats counts it in LocalResponses. A request
-// first waits for the key to recover, as WithMaxWait allows, and gets the
-// local 503 if its wait ends unanswered; with WithMaxWait(0) it gets it at
-// once, so that the SDK's own backoff is all there is. Without this option
-// (the default) the transport never invents a response: the caller gets an
-// Error wrapping ErrCircuitOpen.
+// WithCircuitOpenResponse gives a request an open circuit refuses a local
+// 503 instead of an error, for an SDK above that handles a 503 its own
+// way. It says when to come back (Retry-After, Retry-After-Ms,
+// X-Amz-Retry-After) and carries X-Retryhttp-Local: circuit-open.
 func WithCircuitOpenResponse() Option {
 	return newTransportOption("WithCircuitOpenResponse", func(t *Transport) { t.localOpen = true })
 }
 
-// WithFailingHorizon makes RetryAt answer ReasonNotRetryable (give the request
-// up) for a failure of a key that has been failing for longer than d: its
-// circuit opened on failures that began more than d ago and has not closed
-// since. A dispatcher with its own queue uses it to disable an endpoint
-// that has been failing for days, as webhook senders do (Svix after five
-// days, Stripe after three). Breaker.Host says since when a key has been
-// failing. 0 turns it off (the default): RetryAt always gives an instant.
+// WithFailingHorizon makes RetryAt answer ReasonNotRetryable for a failure
+// of a key failing for longer than d, as webhook senders disable an
+// endpoint after days (Stripe three, Svix five), and bounds RetryAt's
+// instant to d ahead. Off by default.
 func WithFailingHorizon(d time.Duration) Option {
-	nonNegative("WithFailingHorizon", d)
+	d = offIfNegative(d)
 	return newTransportOption("WithFailingHorizon", func(t *Transport) { t.horizon = d })
 }
 
-// WithHooks sets hooks: given to New, called for every request through
-// the transport; through ContextWithOptions, for the requests made with
-// that context, after the transport's. nil means none.
+// WithHooks sets hooks: given to New, for every request; through
+// ContextWithOptions, for that context's requests, after the transport's.
+// nil means none.
 func WithHooks(h *Hooks) RequestOption { return hooksOption{h} }
 
 // hooksOption is WithHooks: the transport keeps its hooks, and a request's
@@ -401,23 +285,21 @@ func (o hooksOption) applyTransport(t *Transport) { t.hooks = o.h }
 func (o hooksOption) applyRequest(*settings)      {}
 func (o hooksOption) String() string              { return "WithHooks" }
 
-// WithBreaker sets the circuit breaker; nil turns it off. New uses a fresh
-// NewBreaker(BreakerConfig{}) when this option is not given. Pass the same
-// Breaker to several transports to share it.
+// WithBreaker sets the circuit breaker, which may be shared between
+// transports; nil turns it off. The default is NewBreaker(BreakerConfig{}).
 func WithBreaker(b *Breaker) Option {
 	return newTransportOption("WithBreaker", func(t *Transport) { t.breaker = b })
 }
 
-// WithBudget sets the retry budget; nil turns it off. New uses a fresh
-// NewBudget(BudgetConfig{}) when this option is not given. Pass the same
-// Budget to several transports to share it.
+// WithBudget sets the retry budget, which may be shared between
+// transports; nil turns it off. The default is NewBudget(BudgetConfig{}).
 func WithBudget(b *Budget) Option {
 	return newTransportOption("WithBudget", func(t *Transport) { t.budget = b })
 }
 
-// WithFleet shares the transport's breaker and budget through f, a fleet
-// of package github.com/retryhttp/retryhttp/fleet. nil means none (the
-// default).
+// WithFleet shares the transport's breaker and budget with other
+// processes through f (package github.com/retryhttp/retryhttp/fleet). nil
+// means none.
 func WithFleet(f *fleet.Fleet) Option {
 	return newTransportOption("WithFleet", func(t *Transport) { t.fleet = f })
 }
@@ -443,17 +325,11 @@ func perRequestOf(ctx context.Context) *perRequest {
 	return pr
 }
 
-// ContextWithOptions returns a copy of ctx that carries options for the
-// requests made with it: they apply after the transport's own, to those
-// requests only. SDKs pass the caller's context down to the transport, so
-// this sets one call's retries through an SDK that hides its requests:
+// ContextWithOptions returns a copy of ctx whose requests take opts after
+// the transport's own (and after any given through a parent context), so
+// that one call through an SDK can be shaped:
 //
 //	ctx = retryhttp.ContextWithOptions(ctx, retryhttp.WithMaxAttempts(1)) // no retries for this call
-//
-// The options a request may take are the RequestOptions: those that shape
-// its own retries, and WithHooks. Options set again through a derived context add to the earlier ones, the later
-// winning. A request with no options costs nothing more; one with options
-// pays for a copy of the transport's settings.
 func ContextWithOptions(ctx context.Context, opts ...RequestOption) context.Context {
 	pr := perRequestOf(ctx)
 	for _, o := range opts {

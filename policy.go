@@ -19,20 +19,12 @@ const (
 	defaultCap = 30 * time.Second
 )
 
-// Policy draws the delay before retry n (n >= 1: the first retry is n = 1)
-// from n and prev, the previous delay drawn for the same host (0 when there
-// is none). Implementations must be safe for concurrent use and must never
-// return a negative delay.
-//
-// A Policy may also have a method
-//
-//	MaxDelay() time.Duration
-//
-// that reports the longest delay it draws, as the policies of this package
-// do. RetryAt spreads the callers it sends back after an open circuit or
-// an empty budget over that window, as a retry far into its sequence would
-// be drawn; a Policy without the method is spread over 30 s, the default
-// policy's cap, and one whose MaxDelay is 0 is not spread.
+// Policy draws the delay before retry n (1 for the first retry) from n and
+// prev, the previous delay drawn for the same key (0 for none). It must be
+// safe for concurrent use and never return a negative delay. A Policy
+// with a method MaxDelay() time.Duration, as this package's have, tells
+// RetryAt over how long to spread the callers it sends back; without one,
+// 30 s.
 type Policy interface {
 	// Delay returns the wait before retry n, given prev.
 	Delay(n int, prev time.Duration) time.Duration
@@ -47,13 +39,11 @@ func maxDelay(p Policy) time.Duration {
 	return defaultCap
 }
 
-// FullJitter draws the delay uniformly from [0, min(Cap, Base·2^(n−1))).
-// It is the default: stateless beyond the retry number, and the best at
-// dispersing a herd of clients that failed together. Zero or negative fields
-// mean the defaults, a base of 200 ms and a cap of 30 s. FullJitter is safe for concurrent use.
+// FullJitter, the default, draws the delay uniformly from
+// [0, min(Cap, Base·2^(n−1))): the best at dispersing a herd that failed
+// together. Base 0 means 200 ms, Cap 0 means 30 s.
 type FullJitter struct {
-	Base time.Duration // interval bound of the first retry; <= 0 means 200 ms
-	Cap  time.Duration // largest interval bound; <= 0 means 30 s
+	Base, Cap time.Duration
 }
 
 // Delay implements Policy.
@@ -64,13 +54,11 @@ func (p FullJitter) Delay(n int, _ time.Duration) time.Duration {
 // MaxDelay returns the longest delay p draws: its cap.
 func (p FullJitter) MaxDelay() time.Duration { return bound(64, p.Base, p.Cap) }
 
-// EqualJitter draws the delay uniformly from [d/2, d) where
-// d = min(Cap, Base·2^(n−1)): half the variance of FullJitter, with a floor.
-// Zero or negative fields mean the defaults, a base of 200 ms and a cap of 30 s. EqualJitter is
-// safe for concurrent use.
+// EqualJitter draws the delay uniformly from [d/2, d), where
+// d = min(Cap, Base·2^(n−1)): half FullJitter's variance, with a floor.
+// Base 0 means 200 ms, Cap 0 means 30 s.
 type EqualJitter struct {
-	Base time.Duration // interval bound of the first retry; <= 0 means 200 ms
-	Cap  time.Duration // largest interval bound; <= 0 means 30 s
+	Base, Cap time.Duration
 }
 
 // Delay implements Policy.
@@ -82,15 +70,12 @@ func (p EqualJitter) Delay(n int, _ time.Duration) time.Duration {
 // MaxDelay returns the longest delay p draws: its cap.
 func (p EqualJitter) MaxDelay() time.Duration { return bound(64, p.Base, p.Cap) }
 
-// DecorrelatedJitter draws the delay uniformly from [Base, 3·prev], capped at
-// Cap, where prev is the previous delay drawn for the same host (Base when
-// there is none). It grows from the delays actually taken rather than from
-// the retry number, so it adapts to how long an outage has lasted. Zero or
-// negative fields mean the defaults, a base of 200 ms and a cap of 30 s; a Cap below Base is
-// raised to Base. DecorrelatedJitter is safe for concurrent use.
+// DecorrelatedJitter draws the delay uniformly from [Base, 3·prev], capped
+// at Cap: it grows from the delays taken, so it follows how long an outage
+// has lasted. Base 0 means 200 ms, Cap 0 means 30 s; a Cap below Base is
+// Base.
 type DecorrelatedJitter struct {
-	Base time.Duration // smallest delay; <= 0 means 200 ms
-	Cap  time.Duration // largest delay; <= 0 means 30 s
+	Base, Cap time.Duration
 }
 
 // Delay implements Policy.
@@ -117,14 +102,12 @@ func (p DecorrelatedJitter) MaxDelay() time.Duration {
 	return max(maxd, base)
 }
 
-// Exponential is plain exponential backoff without jitter: the delay is
-// exactly min(Cap, Base·2^(n−1)). Every client that failed together retries
-// together; it exists for comparison and for callers that add their own
-// spread. Zero or negative fields mean the defaults, a base of 200 ms and a cap of 30 s.
-// Exponential is safe for concurrent use.
+// Exponential is plain backoff, exactly min(Cap, Base·2^(n−1)): every
+// client that failed together retries together. It is for comparison, and
+// for callers that spread their own. Base 0 means 200 ms, Cap 0 means
+// 30 s.
 type Exponential struct {
-	Base time.Duration // delay of the first retry; <= 0 means 200 ms
-	Cap  time.Duration // largest delay; <= 0 means 30 s
+	Base, Cap time.Duration
 }
 
 // Delay implements Policy.

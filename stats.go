@@ -12,77 +12,48 @@ import (
 	"github.com/retryhttp/retryhttp/internal/attempt"
 )
 
-// Stats is a snapshot of a Transport's counters, taken by
-// (*Transport).Stats. Each counter is read atomically, but not all at one
-// instant, so two counters may disagree by the requests in flight. Every
-// counter only grows.
+// Stats is a snapshot of a Transport's counters, each read atomically but
+// not all at one instant. Every counter only grows.
 type Stats struct {
-	Requests          uint64 // calls to RoundTrip that have sent their first attempt or ended without one
-	Attempts          uint64 // attempts sent to the next RoundTripper
-	Retries           uint64 // attempts after the first
-	RetryAfterSeen    uint64 // retryable responses that carried a Retry-After header, retried or not
-	RetryAfterClamped uint64 // of those, values above the clamp (WithMaxRetryAfter)
-	BudgetDenied      uint64 // retries the budget refused
-	CircuitRejected   uint64 // attempts an open circuit refused, and sleeps it ended
-	LocalResponses    uint64 // requests answered with a local 503 (WithCircuitOpenResponse)
-	Held              uint64 // admissions a hold stopped: the request waited for its end, or was refused
-	// SlowAttempts counts the attempts that counted as failures of their
-	// key because their caller's deadline passed while they waited, longer
-	// than the key's slow-call threshold, for response headers that never
-	// came (BreakerConfig.SlowAfter).
-	SlowAttempts uint64
-	// ResponsesBuffered counts the successful responses whose body
-	// WithResponseBuffer read whole before RoundTrip returned them;
-	// ResponsesCut the bodies it found cut mid-read (each one a failed
-	// attempt, retried or not); ResponsesTooLarge those larger than the
-	// buffer, handed back streaming.
-	ResponsesBuffered uint64
-	ResponsesCut      uint64
-	ResponsesTooLarge uint64
-	// Quotas counts the responses whose advertised quota (rate-limit
-	// headers) the transport applied, and QuotaHeld those of them with a
-	// policy exhausted, which held the key until its reset. Paced counts
-	// the attempts that waited for their key's send rate: the quota's, or
-	// the adaptive rate's after a throttle.
-	Quotas    uint64
-	QuotaHeld uint64
-	Paced     uint64
-	// Waits counts the waits of requests for their key to recover (where
-	// the budget, an open circuit or an isolated key would have refused
-	// them), WaitsReleased those the key let go, and WaitTime their
-	// total length. WaitedDelivered and WaitedGaveUp count the requests
-	// that waited at least once, by how they ended: with a success, or
-	// giving up.
-	Waits           uint64
-	WaitsReleased   uint64            // waits the key let go
-	WaitTime        time.Duration     // the waits' total length
-	WaitedDelivered uint64            // requests that waited and succeeded
-	WaitedGaveUp    uint64            // requests that waited and gave up
-	GiveUps         map[Reason]uint64 // requests that stopped on a failure, by reason; only reasons seen
-	// Delays holds the histogram of the delays drawn for each scheduled
-	// retry (a wait that the context or an opening circuit cuts short still
-	// counts its drawn delay), by retry number: Delays[0] for the first
-	// retry, up to Delays[len-1], which also holds every later retry.
+	Requests          uint64            // calls to RoundTrip that sent an attempt or ended without one
+	Attempts          uint64            // attempts sent to the next RoundTripper
+	Retries           uint64            // attempts after the first
+	RetryAfterSeen    uint64            // retryable responses with a Retry-After
+	RetryAfterClamped uint64            // of those, above WithMaxRetryAfter
+	BudgetDenied      uint64            // retries the budget refused
+	CircuitRejected   uint64            // attempts an open circuit refused, and sleeps it ended
+	LocalResponses    uint64            // local 503s (WithCircuitOpenResponse)
+	Held              uint64            // admissions a hold stopped, to wait or to refuse
+	SlowAttempts      uint64            // attempts counted as failures by BreakerConfig.SlowAfter
+	ResponsesBuffered uint64            // bodies WithResponseBuffer read whole
+	ResponsesCut      uint64            // bodies it found cut mid-read
+	ResponsesTooLarge uint64            // bodies larger than its buffer, handed back streaming
+	Quotas            uint64            // responses whose advertised quota was applied
+	QuotaHeld         uint64            // of those, quotas spent, which held the key
+	Paced             uint64            // attempts that waited for their key's send rate
+	Waits             uint64            // waits for a key to recover (WithMaxWait)
+	WaitsReleased     uint64            // waits the key let go
+	WaitTime          time.Duration     // the waits' total length
+	WaitedDelivered   uint64            // requests that waited and succeeded
+	WaitedGaveUp      uint64            // requests that waited and gave up
+	GiveUps           map[Reason]uint64 // requests that stopped on a failure, by reason
+	// Delays holds the delays drawn for each scheduled retry, by retry
+	// number: Delays[0] for the first; the last also holds every later.
 	Delays []DelayHistogram
 }
 
-// DelayHistogram counts the delays waited before one retry number. Under
-// FullJitter the delays of retry n should spread evenly from zero to
-// min(Cap, Base·2^(n−1)): a spike at that bound means the cap binds earlier
-// than intended, and a spike at zero means a server's Retry-After: 0 is
-// being honoured from an endpoint that should be circuit-broken instead.
+// DelayHistogram counts the delays drawn before one retry number. Under
+// FullJitter they spread evenly up to min(Cap, Base·2^(n−1)): a spike at
+// zero is a Retry-After: 0 honoured where a circuit should have opened.
 type DelayHistogram struct {
-	Retry int           // the retry number, 1 for the first retry; the last histogram holds this and every later one
-	Count uint64        // delays counted
-	Sum   time.Duration // their sum
-	// Counts[i] counts the delays d with Bounds()[i-1] <= d < Bounds()[i]
-	// (Bounds()[-1] being 0).
-	Counts []uint64
+	Retry  int           // the retry number, 1 for the first; the last histogram holds every later one too
+	Count  uint64        // delays counted
+	Sum    time.Duration // their sum
+	Counts []uint64      // Counts[i]: delays from Bounds()[i-1] (or 0) up to Bounds()[i]
 }
 
 // String returns the histogram in a few words, such as "retry 1: 12
-// delays, mean 97ms" or "retry 2: no delays", so that Stats prints readably with %v; the buckets
-// are in Counts.
+// delays, mean 97ms", so that Stats prints readably.
 func (h DelayHistogram) String() string {
 	if h.Count == 0 {
 		return "retry " + strconv.Itoa(h.Retry) + ": no delays"
@@ -106,9 +77,8 @@ const (
 	delayRetries    = 16 // retry numbers with a histogram of their own
 )
 
-// Bounds returns the exclusive upper bounds of the buckets of Counts, the
-// same for every histogram: 1 ms; then eight equal steps per doubling up
-// to 65.536 s; the last bound is the largest Duration.
+// Bounds returns the upper bounds of Counts' buckets: 1 ms, then eight
+// steps per doubling up to 65.536 s, then the largest Duration.
 func (DelayHistogram) Bounds() []time.Duration {
 	b := make([]time.Duration, delayBuckets)
 	b[0] = time.Millisecond
@@ -189,8 +159,7 @@ func (s *stats) countBuffering(b attempt.Buffering, ctx context.Context) {
 	}
 }
 
-// Stats returns a snapshot of the transport's counters and delay
-// histograms. It is safe to call concurrently with requests.
+// Stats returns a snapshot of the transport's counters.
 func (t *Transport) Stats() Stats {
 	s := &t.stats
 	first := s.first.load()

@@ -34,14 +34,12 @@ type Transport struct {
 	// on whether a breaker is configured.
 	lanes *perkey.Set
 	stats stats
+	whys  whyTable // why each response a failure ended on came back (Why)
 }
 
 // New returns a Transport that sends requests through next, or through
-// cleanhttp.DefaultPooledTransport() when next is nil. Options adjust the
-// defaults: FullJitter{Base: 200ms, Cap: 30s}, 4 attempts, Retry-After
-// clamped to 30 s with a 1 s spread, a fresh retry budget and a fresh
-// circuit breaker with their default configurations. New starts no
-// goroutine.
+// cleanhttp.DefaultPooledTransport() when next is nil, adjusted by opts.
+// It starts no goroutine.
 func New(next http.RoundTripper, opts ...Option) *Transport {
 	if next == nil {
 		next = cleanhttp.DefaultPooledTransport()
@@ -105,9 +103,7 @@ func (t *Transport) CloseIdleConnections() {
 }
 
 // RoundTrip implements http.RoundTripper: it sends req through the next
-// RoundTripper and retries as the package documentation describes. Each
-// pass of its loop is one attempt: admit it, send it, learn from its
-// outcome, decide, rewind for the next, and wait.
+// RoundTripper and retries as the package documentation describes.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.next == nil {
 		// A Transport{} literal: say so rather than panic on a nil field.
@@ -298,6 +294,7 @@ func (r *retrier) finish(resp *http.Response, attemptErr error, reason Reason, c
 	var err error
 	if resp != nil {
 		info.Status = resp.StatusCode
+		r.t.whys.set(resp, reason)
 	} else {
 		err = r.wrap(attemptErr, reason, cause)
 		info.Err = err

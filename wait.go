@@ -40,37 +40,17 @@ func (r *retrier) keep(resp *http.Response) {
 	r.waits.kept = resp
 }
 
-// RetryAt tells a caller that got resp or err back from RoundTrip (or from
-// an http.Client over this transport) the earliest instant worth sending
-// the request again, and why: when the server asked (Retry-After, not
-// clamped: a queue can wait where a request could not), when the key's
-// hold ends, when its circuit may let a probe through, when the send rate
-// of a throttled key lets it through, or when the retry budget holds a
-// token again; the latest of those that apply. It reads the
-// transport's state now, so call it when the request comes back.
-//
-// Many callers refused together would get the same instant, and return as
-// a herd; so each answer is spread: by up to the Retry-After spread after a
-// server's instant or a hold, where the server named the instant, and, after
-// a circuit's or the budget's instant, over the policy's cap (30 s by
-// default), as a retry that had waited its whole sequence would be, into
-// the part of that window where the fewest callers of the key are already
-// due: callers turned back at different times come back evenly, not piled
-// where their windows overlap. The instant is at most the failing horizon
-// ahead (WithFailingHorizon), or maxRetryAt (24 h) without one, so that a
-// broken or hostile Retry-After cannot park a request for years.
-//
-// An answer that retrying cannot change gives the zero time and
-// ReasonNotRetryable: never send it again as it is. That is a response of
-// 400 or above that WithRetryIf does not retry (a 400, 401 or 404 under
-// the default), a 410 Gone, an Error that stopped for that reason (a
-// certificate error, say), and a failure of a key that has been failing
-// for longer than WithFailingHorizon (a dispatcher disables the
-// endpoint). A success, an
-// answer below 400 and an error nothing explains give the zero time and
-// the zero Reason: retry at once, or not at all, as the caller's own policy
-// says. An isolated key gives the zero time and ReasonCircuitOpen: no
-// instant is known.
+// RetryAt tells a caller that got resp or err back the earliest instant
+// worth sending the request again, and why: the latest of when the server
+// asked (ReasonHeld), when the key's circuit may let a probe through
+// (ReasonCircuitOpen) and when the budget holds a token (ReasonBudgetExhausted),
+// spread so that callers refused together do not return together. It is
+// at most the failing horizon ahead, or a day without one. For an answer
+// retrying cannot change (a status of 400 or above WithRetryIf does not
+// retry, a 410, a key past WithFailingHorizon) it gives the zero time and
+// ReasonNotRetryable: never send it again; for a success or what nothing
+// explains, the zero time and the zero Reason. Call it when the request
+// comes back: it reads the transport's state now.
 func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Reason) {
 	at, why := t.retryAt(resp, err)
 	if limit := t.retryAtLimit(); !at.IsZero() && time.Until(at) > limit {

@@ -68,7 +68,8 @@ type Change struct {
 	Reporters int           // ChangeOpen: distinct instances that reported the key failing
 }
 
-// Config configures a Fleet. The zero value means every default.
+// Config configures a Fleet. The zero value means every default, and so
+// does a negative value in any field.
 type Config struct {
 	// Instance names this process to the others; "" means a random name.
 	Instance string
@@ -80,14 +81,21 @@ type Config struct {
 	Quorum int
 	// Heartbeat is how often this process says it is alive; an instance
 	// not heard from for three heartbeats is no longer counted. 0 means
-	// 2 s.
+	// 2 s; at most 1 h.
 	Heartbeat time.Duration
 	// Timeout bounds each call to the store. 0 means 1 s.
 	Timeout time.Duration
 	// Queue is how many announcements wait for the store; when it is full
-	// the oldest is dropped (counted in Stats.Dropped). 0 means 1024.
+	// the oldest is dropped (counted in Stats.Dropped). 0 means 1024; at
+	// most 1,048,576.
 	Queue int
 }
+
+// The most Config's Queue and Heartbeat can mean.
+const (
+	maxQueue     = 1 << 20
+	maxHeartbeat = time.Hour
+)
 
 // Fleet shares, through a Store, what the retryhttp Breakers and Budgets of
 // several processes learn: a key's circuit opening and closing, a key's
@@ -147,6 +155,10 @@ func New(s Store, c Config) *Fleet {
 	if c.Queue <= 0 {
 		c.Queue = 1024
 	}
+	// A queue is allocated whole, and three heartbeats are how long an
+	// instance counts: bound both to what can mean anything.
+	c.Queue = min(c.Queue, maxQueue)
+	c.Heartbeat = min(c.Heartbeat, maxHeartbeat)
 	f := &Fleet{store: s, cfg: c, queue: make(chan queued, c.Queue), seen: map[string]time.Time{}}
 	f.size.Store(1)
 	return f
