@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -96,8 +97,9 @@ func policies(c config) []policy {
 		{name: "decorrelated jitter", opts: alone(retryhttp.DecorrelatedJitter{Base: c.base, Cap: c.cap})},
 		// The budget and breaker alone: what they refuse is handed back.
 		{name: "full jitter + budget + breaker, no wait", opts: guarded(noWait)},
-		// The defaults: what the budget and the breaker would refuse
-		// waits for the server to recover instead.
+		// The library's default set-up at the demo's base, cap and
+		// attempts: what the budget and the breaker would refuse waits for
+		// the server to recover instead.
 		{name: waitName, opts: guarded()},
 	}
 	if c.redrive > 0 {
@@ -108,12 +110,56 @@ func policies(c config) []policy {
 	return ps
 }
 
-// The names of the rows of the defaults (which wait for the server), and
-// of a dispatcher that redrives failures.
+// The names of the row of the library's default set-up (full jitter, the
+// default budget, breaker and wait, here at the demo's base, cap and
+// attempts), and of a dispatcher that redrives failures.
 const (
-	waitName    = "full jitter + budget + breaker + wait (defaults)"
+	waitName    = "full jitter + budget + breaker + wait (default set-up)"
 	redriveName = "full jitter + budget + breaker + redrive, no wait"
 )
+
+// The library's defaults, which the labels set beside the demo's own
+// settings: the demo shortens base and cap and raises the attempts so that
+// a few seconds' outage shows every policy's shape in well under a minute.
+// TestLibraryDefaults holds them to the library's.
+const (
+	libBase     = 200 * time.Millisecond
+	libCap      = 30 * time.Second
+	libAttempts = 4
+)
+
+// settingsLine says what every row ran with, beside the library's
+// defaults, for the table and the chart alike.
+func settingsLine(c config) string {
+	return fmt.Sprintf("%s deliveries per policy, endpoint down %s; policies with base %s, cap %s, %d attempts (the library's defaults: base %s, cap %s, %d attempts)",
+		thousands(c.clients), span(c.outage), span(c.base), span(c.cap), c.attempts, span(libBase), span(libCap), libAttempts)
+}
+
+// The legend's definitions, shared by the table and the chart so that both
+// say the same.
+const (
+	// layersLine says which rows have which of the library's layers: the
+	// single-policy rows turn the budget and the breaker off.
+	layersLine = "Budget, breaker and wait, where a row names them, are the library's defaults; the other rows run with neither budget nor breaker."
+	// wastedDef is what the server counts as wasted (see endpoint.serve):
+	// a retry that arrived while the endpoint was down, and so could only
+	// fail. A retry the budget or the breaker refused never arrives, and
+	// nothing after the recovery fails.
+	wastedDef = "retries (attempts after a delivery's first) that reached the endpoint while it was down"
+)
+
+// span formats a duration as the labels do: "75 ms", "3 s", "1.5 s".
+func span(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "0 s"
+	case d >= time.Second:
+		return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + " s"
+	case d >= time.Millisecond:
+		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', -1, 64) + " ms"
+	}
+	return d.String()
+}
 
 // run runs every policy in turn, prints the table to w, writes the chart,
 // and returns the rows.
@@ -131,14 +177,13 @@ func run(c config, w io.Writer) ([]result, error) {
 		}
 		results = append(results, r)
 	}
-	fmt.Fprintf(w, "%d deliveries per policy, endpoint down %v, base %v, cap %v, %d attempts; counts are the server's\n\n",
-		c.clients, c.outage, c.base, c.cap, c.attempts)
+	fmt.Fprintf(w, "%s.\n%s\nCounts are the server's.\n\n", settingsLine(c), layersLine)
 	printTable(w, results, c.clients)
 	for _, r := range results {
 		if r.redrive != nil {
 			rd := r.redrive
-			fmt.Fprintf(w, "\n%s: redriven %d times (%d at once: RetryAt's instant had come), horizon %v, %d gave up; RetryAt advised %v\n",
-				r.name, rd.redrives, rd.atOnce, rd.horizon, rd.gaveUp, rd.advice)
+			fmt.Fprintf(w, "\n%s: redriven %d times (%d at once: RetryAt's instant had come), horizon %s, %d gave up; RetryAt advised %v\n",
+				r.name, rd.redrives, rd.atOnce, span(rd.horizon), rd.gaveUp, rd.advice)
 		}
 	}
 	if c.svg != "" {
@@ -146,7 +191,7 @@ func run(c config, w io.Writer) ([]result, error) {
 		if err != nil {
 			return nil, err
 		}
-		writeSVG(f, results, c.outage, c.clients)
+		writeSVG(f, results, c)
 		if err := f.Close(); err != nil {
 			return nil, err
 		}
@@ -326,17 +371,33 @@ func warm(ctx context.Context, next http.RoundTripper, url string, n int) error 
 	return nil
 }
 
+// printTable writes one row per policy and, under them, what each column
+// counts, in the chart's words.
 func printTable(w io.Writer, rs []result, deliveries int) {
-	fmt.Fprintf(w, "%-50s %12s %12s %14s %9s %8s %8s %6s\n",
-		"policy", "peak outage", "peak recov.", "t99 delivered", "delivered", "attempts", "wasted", "conns")
+	name := len("policy")
+	for _, r := range rs {
+		name = max(name, len(r.name))
+	}
+	fmt.Fprintf(w, "%-*s %12s %12s %14s %9s %8s %8s %9s\n",
+		name, "policy", "peak outage", "peak recov.", "t99 delivered", "delivered", "attempts", "wasted", "new conns")
 	for _, r := range rs {
 		t99 := fmt.Sprintf("never (%.0f%%)", 100*float64(r.delivered)/float64(deliveries))
 		if r.t99 >= 0 {
 			t99 = fmt.Sprintf("%.2f s", r.t99.Seconds())
 		}
-		fmt.Fprintf(w, "%-50s %10.0f/s %10.0f/s %14s %9d %8d %8d %6d\n",
-			r.name, r.peakOutageRPS, r.peakRecoveryRPS, t99, r.delivered, r.attempts, r.wasted, r.conns)
+		fmt.Fprintf(w, "%-*s %10.0f/s %10.0f/s %14s %9d %8d %8d %9d\n",
+			name, r.name, r.peakOutageRPS, r.peakRecoveryRPS, t99, r.delivered, r.attempts, r.wasted, r.conns)
 	}
+	fmt.Fprintf(w, "\n%s\n", strings.Join([]string{
+		"peak outage    the busiest 100 ms of retries while the endpoint was down, in requests per second",
+		"peak recov.    the busiest 100 ms of all attempts from its recovery on, in requests per second",
+		"               (the chart counts attempts per 100 ms: a tenth of these)",
+		"t99 delivered  when 99% of the deliveries had their 200, in seconds since the outage began",
+		"               (the chart's dashed line)",
+		"attempts       every attempt that reached the endpoint",
+		"wasted         " + wastedDef,
+		"new conns      connections opened during the run (the pool is warmed before it)",
+	}, "\n"))
 }
 
 // noBackoff retries at once, as a retry loop without backoff does: the

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +29,9 @@ func TestMain(m *testing.M) {
 
 // TestRunWritesTableAndSVG runs the demo at a small size and checks the
 // table names every policy, the redrive row made every delivery, and the
-// chart is well-formed SVG with one panel per policy.
+// chart is well-formed SVG with one panel per policy. Both say the settings
+// the run used beside the library's defaults and what "wasted" counts, and
+// the chart counts in the unit of its y axis.
 func TestRunWritesTableAndSVG(t *testing.T) {
 	svg := filepath.Join(t.TempDir(), "herd.svg")
 	var out bytes.Buffer
@@ -60,12 +65,22 @@ func TestRunWritesTableAndSVG(t *testing.T) {
 	require.Equal(t, c.clients+last.wasted+last.delivered, last.attempts, "redrive: attempts = first attempts + wasted + the 200s")
 	waited := results[len(results)-2]
 	require.Equal(t, waitName, waited.name)
-	require.Equal(t, c.clients, waited.delivered, "the defaults: every delivery waits for the server, and is made")
+	require.Equal(t, c.clients, waited.delivered, "the default set-up: every delivery waits for the server, and is made")
 	guarded := results[len(results)-3]
 	require.Equal(t, "full jitter + budget + breaker, no wait", guarded.name)
 	require.Less(t, guarded.delivered, c.clients, "without the wait or a dispatcher the budget hands failures back")
 	line := tableLine(t, out.String(), redriveName)
 	require.Equal(t, strconv.Itoa(c.clients), line[len(line)-4], "the printed row's delivered column")
+
+	// The table says what the run used, beside the library's defaults,
+	// and what each column counts.
+	settings := "100 deliveries per policy, endpoint down 300 ms; policies with base 20 ms, cap 200 ms, 8 attempts " +
+		"(the library's defaults: base 200 ms, cap 30 s, 4 attempts)"
+	require.Equal(t, settings, settingsLine(c))
+	require.Contains(t, out.String(), settings)
+	require.Contains(t, out.String(), layersLine)
+	require.Contains(t, out.String(), "\nwasted         "+wastedDef+"\n")
+	require.Contains(t, out.String(), "\npeak recov.    the busiest 100 ms of all attempts from its recovery on, in requests per second\n")
 
 	// The chart: root svg; one panel per policy, titled with its name,
 	// with one line and one shaded outage each.
@@ -79,7 +94,9 @@ func TestRunWritesTableAndSVG(t *testing.T) {
 		wantTitle    bool // in a panel whose title has not been read
 		inTitle      bool // in the panel's first text: its title
 		titles       []string
-		lines, rects []int // per panel
+		lines, rects []int    // per panel
+		texts        []string // every text's content, in order
+		inText       bool
 	)
 	for level := 0; ; {
 		tok, err := dec.Token()
@@ -95,6 +112,9 @@ func TestRunWritesTableAndSVG(t *testing.T) {
 				require.Equal(t, "http://www.w3.org/2000/svg", tok.Name.Space)
 			}
 			class := attr(tok, "class")
+			if tok.Name.Local == "text" {
+				texts, inText = append(texts, ""), true
+			}
 			switch {
 			case tok.Name.Local == "text" && wantTitle:
 				// The panel's first text is its title.
@@ -129,9 +149,12 @@ func TestRunWritesTableAndSVG(t *testing.T) {
 			if inTitle {
 				titles[len(titles)-1] += string(tok)
 			}
+			if inText {
+				texts[len(texts)-1] += string(tok)
+			}
 		case xml.EndElement:
 			if tok.Name.Local == "text" {
-				inTitle = false
+				inTitle, inText = false, false
 			}
 			if level == depth {
 				depth = 0
@@ -145,6 +168,71 @@ func TestRunWritesTableAndSVG(t *testing.T) {
 		require.Equal(t, p.name, titles[i], "panel %d's title", i)
 		require.Equal(t, 1, lines[i], "panel %q: one line", p.name)
 		require.Equal(t, 1, rects[i], "panel %q: one shaded outage", p.name)
+	}
+
+	// The legend: the settings beside the library's defaults, which rows
+	// have the library's budget, breaker and wait, and what "wasted"
+	// counts, as the server counts it.
+	require.Contains(t, texts, settings)
+	require.Contains(t, texts, layersLine)
+	require.Contains(t, texts, "Shaded: endpoint down. Dashed: 99% delivered. Wasted: "+wastedDef+".")
+	require.Contains(t, wastedDef, "after a delivery's first")
+	require.Contains(t, wastedDef, "while it was down")
+	// One unit for counts, the y axis's, and one for times, the x axis's:
+	// nothing per second, and each panel's peak is its plotted peak.
+	require.Contains(t, texts, "Attempts reaching the endpoint per 100 ms under each retry policy")
+	require.Contains(t, texts, "attempts per 100 ms, same scale in every panel")
+	require.Contains(t, texts, "seconds since the outage began")
+	for _, s := range texts {
+		require.NotContains(t, s, "/s", "a count per second on a chart that counts per 100 ms")
+	}
+	recovery := int(c.outage / bucket)
+	for _, r := range results {
+		peak := 0
+		for _, n := range r.perBucket[min(recovery, len(r.perBucket)):] {
+			peak = max(peak, n)
+		}
+		require.Contains(t, texts, summary(r, c.clients))
+		require.Contains(t, summary(r, c.clients), fmt.Sprintf("peak after recovery %s per 100 ms", thousands(peak)), r.name)
+		require.Contains(t, summary(r, c.clients), fmt.Sprintf("wasted %s ", thousands(r.wasted)), r.name)
+		if r.t99 >= 0 {
+			require.Contains(t, texts, fmt.Sprintf("99%% delivered at %.1f s", r.t99.Seconds()), r.name)
+		}
+	}
+}
+
+// TestLibraryDefaults holds the defaults that the labels quote to the
+// library's: a zero base and cap mean the defaults, and a transport that
+// retries at once makes the default number of attempts. It may not wait,
+// which leaves out the ride-out of a young failure: up to two attempts
+// more, part of the default wait, not of the attempts.
+func TestLibraryDefaults(t *testing.T) {
+	require.Equal(t, libBase, retryhttp.Exponential{}.Delay(1, 0), "the first retry's bound is the base")
+	require.Equal(t, libCap, retryhttp.FullJitter{}.MaxDelay())
+	var calls atomic.Int64
+	next := roundTripper(func(req *http.Request) (*http.Response, error) {
+		calls.Add(1)
+		return &http.Response{StatusCode: http.StatusServiceUnavailable, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
+	})
+	req, err := http.NewRequest(http.MethodGet, "http://tenant.example/hook", nil)
+	require.NoError(t, err)
+	resp, err := retryhttp.New(next, retryhttp.WithPolicy(noBackoff{}), retryhttp.WithMaxWait(0)).RoundTrip(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.EqualValues(t, libAttempts, calls.Load(), "attempts by default")
+}
+
+type roundTripper func(*http.Request) (*http.Response, error)
+
+func (f roundTripper) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+func TestSpan(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		0: "0 s", 75 * time.Millisecond: "75 ms", 200 * time.Millisecond: "200 ms", 1500 * time.Millisecond: "1.5 s",
+		3 * time.Second: "3 s", 30 * time.Second: "30 s", 500 * time.Microsecond: "500µs",
+	} {
+		require.Equal(t, want, span(d), "span(%v)", d)
 	}
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"html"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -57,6 +58,24 @@ func TestMainWritesOnlyTheTableToStdout(t *testing.T) {
 	}
 	if !strings.Contains(out, "chart: "+filepath.Join(dir, "herd.svg")) {
 		t.Errorf("stdout does not name the chart:\n%s", out)
+	}
+	// The table's words are the chart's: the settings beside the
+	// library's defaults, and what "wasted" counts.
+	for _, want := range []string{
+		"50 deliveries per policy, endpoint down 200 ms; policies with base 10 ms, cap 100 ms, 6 attempts (the library's defaults: base 200 ms, cap 30 s, 4 attempts)",
+		layersLine,
+		"wasted         " + wastedDef,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout does not say %q:\n%s", want, out)
+		}
+	}
+	svg, err := os.ReadFile(filepath.Join(dir, "herd.svg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(svg), "Wasted: "+html.EscapeString(wastedDef)) {
+		t.Errorf("the chart does not say what wasted counts")
 	}
 
 	errLines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")

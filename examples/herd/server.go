@@ -26,7 +26,7 @@ type endpoint struct {
 	seen     map[int]int     // attempts per delivery; guarded by mu
 	attempts []int           // per bucket; guarded by mu
 	retries  []int           // attempts after the first, per bucket; guarded by mu
-	wasted   int             // retries that failed; guarded by mu
+	wasted   int             // retries that arrived while down (wastedDef); guarded by mu
 	conns    int             // connections opened; guarded by mu
 	firstOK  map[int]bool    // deliveries that got a 200; guarded by mu
 	okAt     []time.Duration // when each delivery first got a 200; guarded by mu
@@ -100,9 +100,9 @@ type result struct {
 	peakRecoveryRPS float64 // largest bucket of any attempts from recovery on, per second
 	t99             time.Duration
 	delivered       int
-	attempts        int
-	wasted          int
-	conns           int
+	attempts        int           // every attempt that reached the endpoint
+	wasted          int           // see wastedDef
+	conns           int           // connections opened during the run
 	redrive         *redriveStats // the dispatcher's counts; nil without redrive
 }
 

@@ -6,7 +6,6 @@ import (
 	"io"
 	"math"
 	"strings"
-	"time"
 )
 
 // The chart's layout, in pixels: small multiples, one panel per policy,
@@ -15,7 +14,7 @@ const (
 	svgWidth    = 960
 	svgLeft     = 78 // room for the y tick labels and the axis title
 	svgRight    = 24
-	svgHeader   = 58 // the chart's title and subtitle
+	svgHeader   = 90 // the chart's title, its settings and its legend
 	svgTitleH   = 20 // each panel's title, above its plot
 	svgPlotH    = 72 // each panel's plot
 	svgGap      = 14 // between a plot and the next panel's title
@@ -32,9 +31,14 @@ const (
 // writeSVG draws, for each policy, the attempts that reached the endpoint
 // in each 100 ms bucket, as small multiples: one panel per policy, stacked,
 // on one y scale with round ticks and one x scale in seconds, the outage
-// shaded in every panel, the policy's name as the panel's title. The SVG is
-// self-contained: a browser or an image converter opens it as it is.
-func writeSVG(w io.Writer, rs []result, outage time.Duration, deliveries int) {
+// shaded in every panel, the policy's name as the panel's title. Above the
+// panels, the settings every row ran with, beside the library's defaults,
+// and what the marks and the figures mean; every count is per 100 ms, as
+// on the y axis, and every time in seconds since the outage began, as on
+// the x axis. The SVG is self-contained: a browser or an image converter
+// opens it as it is.
+func writeSVG(w io.Writer, rs []result, c config) {
+	outage, deliveries := c.outage, c.clients
 	buckets, peak := 1, 1
 	for _, r := range rs {
 		buckets = max(buckets, len(r.perBucket))
@@ -56,10 +60,10 @@ func writeSVG(w io.Writer, rs []result, outage time.Duration, deliveries int) {
 	fmt.Fprintf(&s, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="Helvetica, Arial, sans-serif" font-size="11">`+"\n",
 		svgWidth, height, svgWidth, height)
 	fmt.Fprintf(&s, `<rect width="%d" height="%d" fill="white"/>`+"\n", svgWidth, height)
-	fmt.Fprintf(&s, `<text x="%d" y="22" font-size="15" font-weight="bold">Attempts reaching the endpoint per 100 ms, %s deliveries per policy</text>`+"\n",
-		svgLeft, thousands(deliveries))
-	fmt.Fprintf(&s, `<text x="%d" y="40" fill="#555">Shaded: endpoint down (first %v). Dashed: 99%% delivered. Same scales in every panel; 1 attempt per 100 ms is 10 req/s.</text>`+"\n",
-		svgLeft, outage)
+	fmt.Fprintf(&s, `<text x="%d" y="22" font-size="15" font-weight="bold">Attempts reaching the endpoint per 100 ms under each retry policy</text>`+"\n", svgLeft)
+	for k, line := range []string{settingsLine(c), layersLine, "Shaded: endpoint down. Dashed: 99% delivered. Wasted: " + wastedDef + "."} {
+		fmt.Fprintf(&s, `<text class="legend" x="%d" y="%d" fill="#555">%s</text>`+"\n", svgLeft, 40+16*k, html.EscapeString(line))
+	}
 
 	for i, r := range rs {
 		top := float64(svgHeader + i*svgPanelH + svgTitleH) // the plot's top
@@ -96,10 +100,11 @@ func writeSVG(w io.Writer, rs []result, outage time.Duration, deliveries int) {
 			t := x(r.t99.Seconds())
 			fmt.Fprintf(&s, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#2a7a2a" stroke-dasharray="3 2"/>`+"\n", t, top, t, bot)
 			lx, anchor := t+3, "start"
-			if lx+80 > svgWidth-svgRight {
+			if lx+125 > svgWidth-svgRight {
 				lx, anchor = t-3, "end" // no room on the right: label on the left
 			}
-			fmt.Fprintf(&s, `<text x="%.1f" y="%.1f" font-size="10" fill="#2a7a2a" text-anchor="%s" %s>99%% delivered</text>`+"\n", lx, top+11, anchor, halo("white"))
+			fmt.Fprintf(&s, `<text x="%.1f" y="%.1f" font-size="10" fill="#2a7a2a" text-anchor="%s" %s>99%% delivered at %s</text>`+"\n",
+				lx, top+11, anchor, halo("white"), fmt.Sprintf("%.1f s", r.t99.Seconds()))
 		}
 		if i == 0 && outage > 0 {
 			fmt.Fprintf(&s, `<text x="%.1f" y="%.1f" text-anchor="end" font-size="10" fill="#a33" %s>endpoint down</text>`+"\n",
@@ -119,7 +124,7 @@ func writeSVG(w io.Writer, rs []result, outage time.Duration, deliveries int) {
 	}
 	fmt.Fprintf(&s, `<text x="%.1f" y="%.1f" text-anchor="middle">seconds since the outage began</text>`+"\n", svgLeft+svgPlotW/2.0, axis+36)
 	mid := float64(svgHeader) + float64(len(rs)*svgPanelH)/2
-	fmt.Fprintf(&s, `<text transform="translate(16 %.1f) rotate(-90)" text-anchor="middle">attempts per 100 ms</text>`+"\n", mid)
+	fmt.Fprintf(&s, `<text transform="translate(16 %.1f) rotate(-90)" text-anchor="middle">attempts per 100 ms, same scale in every panel</text>`+"\n", mid)
 	s.WriteString("</svg>\n")
 	_, _ = io.WriteString(w, s.String())
 }
@@ -146,14 +151,13 @@ func niceStep(v float64, n int) float64 {
 	return 10 * mag
 }
 
-// summary is a panel's figures, after its title.
+// summary is a panel's figures, after its title. The peak is in the y
+// axis's unit, attempts per 100 ms, so that it reads off the panel; the
+// table has it per second. When 99% were delivered is on the dashed line.
 func summary(r result, deliveries int) string {
-	t99 := "t99 never"
-	if r.t99 >= 0 {
-		t99 = fmt.Sprintf("t99 %.1f s", r.t99.Seconds())
-	}
-	return fmt.Sprintf("delivered %s of %s · %s · wasted %s · peak at recovery %s/s",
-		thousands(r.delivered), thousands(deliveries), t99, thousands(r.wasted), thousands(int(r.peakRecoveryRPS)))
+	peak := int(math.Round(r.peakRecoveryRPS * bucket.Seconds()))
+	return fmt.Sprintf("delivered %s of %s · wasted %s · peak after recovery %s per 100 ms",
+		thousands(r.delivered), thousands(deliveries), thousands(r.wasted), thousands(peak))
 }
 
 // seconds formats a tick in seconds: whole seconds without decimals.
