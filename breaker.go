@@ -88,10 +88,32 @@ type BreakerConfig struct {
 // that persists over BreakerConfig.Span, refuses requests while open, then
 // lets a probe through. It may be shared between transports.
 type Breaker struct {
-	set      *perkey.Set
-	cfg      BreakerConfig                          // with the defaults filled in
-	announce atomic.Pointer[func(fleetlink.Change)] // shares changes through a fleet, when set
+	set  *perkey.Set
+	cfg  BreakerConfig             // with the defaults filled in
+	link atomic.Pointer[fleetLink] // the fleet it shares through, when set
 }
+
+// fleetLink is what a breaker that joined a fleet calls it with.
+type fleetLink struct {
+	announce func(fleetlink.Change)   // announces a change the breaker's requests made
+	share    func(key string) float64 // the part of a key's quota this process may spend
+}
+
+// quotaShare returns the part of the key's advertised quota this process
+// may spend: all of it alone, its share in a fleet. Asking tells the fleet
+// that this process paces the key to its quota: the processes that do
+// divide it.
+func (b *Breaker) quotaShare(key string) float64 {
+	l := b.link.Load()
+	if l == nil {
+		return 1
+	}
+	l.announce(fleetlink.Change{Kind: fleetlink.Demand, Key: key})
+	return l.share(key)
+}
+
+// shared reports whether the breaker shares through a fleet.
+func (b *Breaker) shared() bool { return b.link.Load() != nil }
 
 // NewBreaker returns a Breaker configured by c.
 func NewBreaker(c BreakerConfig) *Breaker {
@@ -280,8 +302,8 @@ func (b *Breaker) notify(l *perkey.Lane, tr perkey.Transition, local bool) {
 	if tr.Circuit() && b.cfg.OnStateChange != nil {
 		b.cfg.OnStateChange(Event{Key: l.Key().String(), From: State(tr.From), To: State(tr.To), Until: tr.Until})
 	}
-	announce := b.announce.Load()
-	if !local || announce == nil {
+	link := b.link.Load()
+	if !local || link == nil {
 		return
 	}
 	c := fleetlink.Change{Key: l.Key().String()}
@@ -297,7 +319,7 @@ func (b *Breaker) notify(l *perkey.Lane, tr perkey.Transition, local bool) {
 	default:
 		return
 	}
-	(*announce)(c)
+	link.announce(c)
 }
 
 // adopt applies a change another process announced: an open (extending
@@ -345,8 +367,8 @@ type fleetBreaker Breaker
 
 // Join implements fleetlink.Breaker: the breaker announces through the
 // first fleet it joins.
-func (b *fleetBreaker) Join(announce func(fleetlink.Change)) bool {
-	return b.announce.CompareAndSwap(nil, &announce)
+func (b *fleetBreaker) Join(announce func(fleetlink.Change), share func(key string) float64) bool {
+	return b.link.CompareAndSwap(nil, &fleetLink{announce: announce, share: share})
 }
 
 // Adopt implements fleetlink.Breaker.

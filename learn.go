@@ -45,7 +45,13 @@ func (r *retrier) applyQuota(resp *http.Response) {
 		return
 	}
 	l := r.laneOf()
-	a, trs := l.Advertise(now, &qs, len(h["Retry-After"]) == 0 && len(h["Retry-After-Ms"]) == 0, resp.StatusCode/100 == 2)
+	share := 1.0
+	if b := r.t.breaker; b != nil && b.shared() {
+		if _, _, paces := qs.Rate(); paces {
+			share = b.quotaShare(r.keyOf().String())
+		}
+	}
+	a, trs := l.Advertise(now, &qs, len(h["Retry-After"]) == 0 && len(h["Retry-After-Ms"]) == 0, resp.StatusCode/100 == 2, share)
 	if !a.HoldUntil.IsZero() {
 		r.t.stats.quota.held.Add(1)
 	}

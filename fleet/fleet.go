@@ -32,7 +32,8 @@ type Store interface {
 	// need not pass on ChangeFailing, which only the store counts); and,
 	// when it (re)connects and periodically, with every key's current
 	// state (an Open or a Hold with its time left, naming the instance that
-	// announced it) and every live instance (an Alive), so that a process
+	// announced it), every live instance (an Alive) and every live Demand,
+	// with its instance, so that a process
 	// that started late or lost its connection catches up. It returns when
 	// ctx ends, or with an error when it cannot go on; the Fleet then calls
 	// it again.
@@ -56,6 +57,9 @@ const (
 	ChangeClose
 	// ChangeHold: the key is held for For by a server's Retry-After.
 	ChangeHold
+	// ChangeDemand: the instance paces the key to the quota its server
+	// advertises, and will for For; the instances that do divide it.
+	ChangeDemand
 )
 
 // Change is one fact a process shares about a key, or about itself.
@@ -99,8 +103,9 @@ const (
 
 // Fleet shares, through a Store, what the retryhttp Breakers and Budgets of
 // several processes learn: a key's circuit opening and closing, a key's
-// hold, and the size of the fleet, by which each process divides its
-// budget's floor and cap. It does not share per-request counts, deposits
+// hold, the size of the fleet, by which each process divides its budget's
+// floor and cap, and which processes pace a key to the quota its server
+// advertises, which divide it: each paces to its share. It does not share per-request counts, deposits
 // and withdrawals, a policy's memory or a transport's Stats. Requests read
 // only local memory: changes travel in the background, and a store that is
 // slow, paused or down leaves each process behaving as it would alone (its
@@ -118,6 +123,13 @@ type Fleet struct {
 	breakers []fleetlink.Breaker
 	budgets  []fleetlink.Budget
 	seen     map[string]time.Time // other instances: when each counts until, by the local clock
+	// demand is which other instances pace which key to its quota, and
+	// until when, by the local clock.
+	demand map[string]map[string]time.Time
+
+	mine   sync.Map                           // key -> *demandMark: this process paces the key to its quota
+	shares atomic.Pointer[map[string]float64] // key -> the part of its quota this process may spend; absent: all
+	lastOK atomic.Int64                       // when the store last took an announcement (unix ns)
 
 	size                         atomic.Int64
 	announced, dropped, received atomic.Uint64
@@ -159,7 +171,7 @@ func New(s Store, c Config) *Fleet {
 	// instance counts: bound both to what can mean anything.
 	c.Queue = min(c.Queue, maxQueue)
 	c.Heartbeat = min(c.Heartbeat, maxHeartbeat)
-	f := &Fleet{store: s, cfg: c, queue: make(chan queued, c.Queue), seen: map[string]time.Time{}}
+	f := &Fleet{store: s, cfg: c, queue: make(chan queued, c.Queue), seen: map[string]time.Time{}, demand: map[string]map[string]time.Time{}}
 	f.size.Store(1)
 	return f
 }
@@ -175,7 +187,7 @@ func init() {
 func (f *Fleet) attach(b fleetlink.Breaker, bu fleetlink.Budget) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if b != nil && b.Join(f.announceLink) {
+	if b != nil && b.Join(f.announceLink, f.share) {
 		f.breakers = append(f.breakers, b)
 	}
 	if bu != nil && bu.Join() {
@@ -223,7 +235,97 @@ func (f *Fleet) announce(c Change) {
 
 // announceLink announces a change a breaker's request made.
 func (f *Fleet) announceLink(c fleetlink.Change) {
+	if c.Kind == fleetlink.Demand {
+		f.demanded(c.Key, time.Now())
+		return
+	}
 	f.announce(Change{Kind: ChangeKind(c.Kind), Key: c.Key, For: c.For, Age: c.Age, Reporters: c.Reporters})
+}
+
+// A fleet's processes divide a key's advertised quota between those that
+// pace the key to it: each announces that it does, once a heartbeat while
+// it does, and counts for demandBeats heartbeats after. The count outlasts
+// a store that dies by more than the two heartbeats after which a process
+// stops expiring the others' (see reshare), so that each goes on at its
+// last share.
+const demandBeats = 4
+
+// demandMark is when this process began to pace a key to its quota, and
+// when it last said so (unix ns).
+type demandMark struct{ since, last atomic.Int64 }
+
+// demanded notes that this process paces key to its quota, and tells the
+// others at most once a heartbeat. A key newly paced has its share set at
+// once: until the others have had a heartbeat to say whether they pace it
+// too, every live member is taken to, so that processes started together
+// do not each spend the whole of the first window.
+func (f *Fleet) demanded(key string, now time.Time) {
+	v, ok := f.mine.Load(key)
+	if !ok {
+		v, _ = f.mine.LoadOrStore(key, new(demandMark))
+	}
+	m := v.(*demandMark)
+	last, ns := m.last.Load(), now.UnixNano()
+	if last != 0 && ns-last < int64(f.cfg.Heartbeat) || !m.last.CompareAndSwap(last, ns) {
+		return
+	}
+	f.announce(Change{Kind: ChangeDemand, Key: key, For: demandBeats * f.cfg.Heartbeat})
+	if last == 0 || ns-last > int64(demandBeats*f.cfg.Heartbeat) {
+		m.since.Store(ns)
+		f.reshare(now)
+	}
+}
+
+// share returns the part of key's advertised quota this process may
+// spend: one over the number of processes that pace the key to it.
+func (f *Fleet) share(key string) float64 {
+	if m := f.shares.Load(); m != nil {
+		if s, ok := (*m)[key]; ok {
+			return s
+		}
+	}
+	return 1
+}
+
+// reshare recomputes each key's share. The others' demand expires with
+// its time, unless the store has taken no announcement of this process's
+// for two heartbeats: a store that is down says nothing of who stopped,
+// and each process goes on at its last share.
+func (f *Fleet) reshare(now time.Time) {
+	hb := f.cfg.Heartbeat
+	frozen := now.Sub(time.Unix(0, f.lastOK.Load())) > 2*hb
+	size := int(f.size.Load())
+	shares := map[string]float64{}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !frozen {
+		for key, insts := range f.demand {
+			for inst, until := range insts {
+				if !now.Before(until) {
+					delete(insts, inst)
+				}
+			}
+			if len(insts) == 0 {
+				delete(f.demand, key)
+			}
+		}
+	}
+	f.mine.Range(func(k, v any) bool {
+		key, m := k.(string), v.(*demandMark)
+		if now.Sub(time.Unix(0, m.last.Load())) > demandBeats*hb {
+			f.mine.Delete(key) // no longer paced here
+			return true
+		}
+		n := 1 + len(f.demand[key])
+		if now.Sub(time.Unix(0, m.since.Load())) < hb {
+			n = max(n, size)
+		}
+		if n > 1 {
+			shares[key] = 1 / float64(n)
+		}
+		return true
+	})
+	f.shares.Store(&shares)
 }
 
 func (f *Fleet) announceLoop(ctx context.Context) {
@@ -247,6 +349,7 @@ func (f *Fleet) announceLoop(ctx context.Context) {
 				f.dropped.Add(1)
 			} else {
 				f.announced.Add(1)
+				f.lastOK.Store(time.Now().UnixNano())
 			}
 			cancel()
 		}
@@ -294,7 +397,9 @@ func (f *Fleet) heartbeatLoop(ctx context.Context) {
 	defer tick.Stop()
 	for {
 		f.announce(Change{Kind: ChangeAlive, For: 3 * f.cfg.Heartbeat})
-		f.recount(time.Now())
+		now := time.Now()
+		f.recount(now)
+		f.reshare(now)
 		select {
 		case <-ctx.Done():
 			return
@@ -343,13 +448,29 @@ func (f *Fleet) apply(c Change) {
 	}
 	f.received.Add(1)
 	now := time.Now()
-	if c.Kind == ChangeAlive {
+	switch c.Kind {
+	case ChangeAlive:
 		f.mu.Lock()
 		_, known := f.seen[c.Instance]
 		f.seen[c.Instance] = now.Add(c.For)
 		f.mu.Unlock()
 		if !known {
 			f.recount(now)
+			f.reshare(now)
+		}
+		return
+	case ChangeDemand:
+		f.mu.Lock()
+		insts := f.demand[c.Key]
+		if insts == nil {
+			insts = map[string]time.Time{}
+			f.demand[c.Key] = insts
+		}
+		_, known := insts[c.Instance]
+		insts[c.Instance] = now.Add(c.For)
+		f.mu.Unlock()
+		if !known {
+			f.reshare(now)
 		}
 		return
 	}

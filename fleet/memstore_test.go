@@ -26,6 +26,7 @@ type memStore struct {
 	holds    map[string]time.Time             // guarded by mu
 	failing  map[string]map[string]time.Time  // key -> instance -> until; guarded by mu
 	alive    map[string]time.Time             // guarded by mu
+	demand   map[string]map[string]time.Time  // key -> instance -> until; guarded by mu
 	watchers map[*func(fleet.Change)]struct{} // guarded by mu
 	pending  sync.WaitGroup
 }
@@ -34,7 +35,7 @@ var errStoreDown = errors.New("memStore: down")
 
 func newMemStore(latency time.Duration) *memStore {
 	return &memStore{latency: latency, opens: map[string]time.Time{}, openBy: map[string]string{}, holds: map[string]time.Time{},
-		failing: map[string]map[string]time.Time{}, alive: map[string]time.Time{}, watchers: map[*func(fleet.Change)]struct{}{}}
+		failing: map[string]map[string]time.Time{}, alive: map[string]time.Time{}, demand: map[string]map[string]time.Time{}, watchers: map[*func(fleet.Change)]struct{}{}}
 }
 
 func (s *memStore) setDown(down bool) {
@@ -73,6 +74,11 @@ func (s *memStore) Announce(ctx context.Context, c fleet.Change) error {
 		if until := now.Add(c.For); until.After(s.holds[c.Key]) {
 			s.holds[c.Key] = until
 		}
+	case fleet.ChangeDemand:
+		if s.demand[c.Key] == nil {
+			s.demand[c.Key] = map[string]time.Time{}
+		}
+		s.demand[c.Key][c.Instance] = now.Add(c.For)
 	}
 	for w := range s.watchers {
 		if s.loss > 0 && rand.Float64() < s.loss {
@@ -137,9 +143,16 @@ func (s *memStore) Watch(ctx context.Context, apply func(fleet.Change)) error {
 	}
 }
 
-// snapshotLocked hands apply every live open, hold and heartbeat.
+// snapshotLocked hands apply every live open, hold, heartbeat and demand.
 func (s *memStore) snapshotLocked(apply func(fleet.Change)) {
 	now := time.Now()
+	for k, insts := range s.demand {
+		for id, until := range insts {
+			if now.Before(until) {
+				s.deliver(apply, fleet.Change{Kind: fleet.ChangeDemand, Instance: id, Key: k, For: until.Sub(now)}, now)
+			}
+		}
+	}
 	for k, until := range s.opens {
 		if now.Before(until) {
 			n := 0

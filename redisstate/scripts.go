@@ -14,6 +14,7 @@ import "github.com/redis/go-redis/v9"
 //	alive           sorted set: instance -> until when it counts as alive
 //	failing:<key>   sorted set: instance -> until when its failure report counts
 //	openby:<key>    string: the instance whose open the open set's time is
+//	demand          sorted set: "<len(instance)> <instance><key>" -> until when the instance paces the key
 //
 // Every member is removed once its time has come (ZREMRANGEBYSCORE), and
 // every key is given the expiry of its latest member (PEXPIREAT, or PX for
@@ -21,7 +22,7 @@ import "github.com/redis/go-redis/v9"
 
 // announceScript records one change and publishes it.
 //
-//	KEYS: open, hold, alive, failing:<key>, openby:<key>
+//	KEYS: open, hold, alive, failing:<key>, openby:<key>, demand
 //	ARGV: kind, instance, key, for (ms), age (ms), channel
 //
 // It returns {time left (ms), reporters}. The message published is
@@ -78,6 +79,9 @@ elseif kind == 5 then -- hold
   local untl = keep(KEYS[2], key, now + d)
   tidy(KEYS[2])
   left = untl - now
+elseif kind == 6 then -- demand
+  redis.call('ZADD', KEYS[6], now + d, #inst .. ' ' .. inst .. key)
+  tidy(KEYS[6])
 else
   return redis.error_reply('redisstate: unknown kind ' .. tostring(ARGV[1]))
 end
@@ -88,7 +92,7 @@ return {left, reporters}
 // snapshotScript returns every live open and hold with its time left and
 // every live instance, read at one instant of Redis's clock.
 //
-//	KEYS: open, hold, alive
+//	KEYS: open, hold, alive, demand
 //	ARGV: the prefix of failing:<key>, the prefix of openby:<key>
 //
 // It returns a flat array of entries of five: kind, instance, key, time
@@ -120,5 +124,11 @@ m = live(KEYS[2])
 for i = 1, #m, 2 do add(5, '', m[i], tonumber(m[i + 1]) - now, 0) end
 m = live(KEYS[3])
 for i = 1, #m, 2 do add(1, m[i], '', tonumber(m[i + 1]) - now, 0) end
+m = live(KEYS[4])
+for i = 1, #m, 2 do
+  local sp = string.find(m[i], ' ', 1, true)
+  local n = tonumber(string.sub(m[i], 1, sp - 1))
+  add(6, string.sub(m[i], sp + 1, sp + n), string.sub(m[i], sp + n + 1), tonumber(m[i + 1]) - now, 0)
+end
 return out
 `)

@@ -95,7 +95,7 @@ type Store struct {
 	period  time.Duration
 	timeout time.Duration
 
-	open, hold, alive string // the sorted sets' names
+	open, hold, alive, demand string // the sorted sets' names
 
 	// onSnapshot, when set (by tests), is called after each snapshot
 	// Watch delivers.
@@ -143,6 +143,7 @@ func New(client redis.UniversalClient, opts Options) *Store {
 		open:    p + "open",
 		hold:    p + "hold",
 		alive:   p + "alive",
+		demand:  p + "demand",
 	}
 }
 
@@ -155,10 +156,10 @@ func New(client redis.UniversalClient, opts Options) *Store {
 // in whole milliseconds, rounded up, and bounded to 24 h so that nothing
 // stays for ever. It returns when the script has run, or when ctx ends.
 func (s *Store) Announce(ctx context.Context, c fleet.Change) error {
-	if c.Kind < fleet.ChangeAlive || c.Kind > fleet.ChangeHold {
+	if c.Kind < fleet.ChangeAlive || c.Kind > fleet.ChangeDemand {
 		return fmt.Errorf("redisstate: Announce: unknown kind %d", c.Kind)
 	}
-	keys := []string{s.open, s.hold, s.alive, s.prefix + "failing:" + c.Key, s.prefix + "openby:" + c.Key}
+	keys := []string{s.open, s.hold, s.alive, s.prefix + "failing:" + c.Key, s.prefix + "openby:" + c.Key, s.demand}
 	args := []any{int(c.Kind), c.Instance, c.Key, millis(c.For), millis(c.Age), s.channel}
 	return call(ctx, func(ctx context.Context) error {
 		return announceScript.Run(ctx, s.rdb, keys, args...).Err()
@@ -244,7 +245,7 @@ func (s *Store) readSnapshot(ctx context.Context) ([]fleet.Change, error) {
 	start := time.Now()
 	err := call(ctx, func(ctx context.Context) error {
 		var err error
-		reply, err = snapshotScript.Run(ctx, s.rdb, []string{s.open, s.hold, s.alive},
+		reply, err = snapshotScript.Run(ctx, s.rdb, []string{s.open, s.hold, s.alive, s.demand},
 			s.prefix+"failing:", s.prefix+"openby:").Slice()
 		return err
 	})
@@ -261,7 +262,7 @@ func (s *Store) readSnapshot(ctx context.Context) ([]fleet.Change, error) {
 		reporters, _ := reply[i+4].(int64)
 		c := fleet.Change{Kind: fleet.ChangeKind(kind), Instance: inst, Key: key,
 			For: max(time.Duration(left)*time.Millisecond-half, 0), Reporters: int(reporters)}
-		if c.For > 0 && (c.Kind == fleet.ChangeOpen || c.Kind == fleet.ChangeHold || c.Kind == fleet.ChangeAlive) {
+		if c.For > 0 && (c.Kind == fleet.ChangeOpen || c.Kind == fleet.ChangeHold || c.Kind == fleet.ChangeAlive || c.Kind == fleet.ChangeDemand) {
 			out = append(out, c)
 		}
 	}
@@ -307,7 +308,7 @@ func decode(p string) (fleet.Change, bool) {
 		}
 		n[i], p = v, rest
 	}
-	if n[0] != 1 || n[1] < int64(fleet.ChangeAlive) || n[1] > int64(fleet.ChangeHold) || n[5] > int64(len(p)) {
+	if n[0] != 1 || n[1] < int64(fleet.ChangeAlive) || n[1] > int64(fleet.ChangeDemand) || n[5] > int64(len(p)) {
 		return fleet.Change{}, false
 	}
 	return fleet.Change{

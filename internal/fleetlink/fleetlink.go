@@ -23,6 +23,7 @@ const (
 	Open                    // the key's circuit opened for For
 	Close                   // the key's circuit closed Age ago
 	Hold                    // the key is held for For
+	Demand                  // the instance paces the key at an advertised quota, for For
 )
 
 // Change is one fact about a key that a breaker announces or adopts:
@@ -38,9 +39,10 @@ type Change struct {
 // Breaker is what a fleet calls on a breaker it shares.
 type Breaker interface {
 	// Join makes the breaker announce the changes its requests make
-	// through announce, unless it has joined a fleet already, and reports
-	// whether it did: a breaker shares through one fleet only.
-	Join(announce func(Change)) bool
+	// through announce, and take the part of each key's advertised quota
+	// it may spend from share, unless it has joined a fleet already, and
+	// reports whether it did: a breaker shares through one fleet only.
+	Join(announce func(Change), share func(key string) float64) bool
 	// Adopt applies a change another process announced; quorum says
 	// whether enough instances reported the key failing for an open to
 	// open a closed circuit here. It reports whether anything changed.

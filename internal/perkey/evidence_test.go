@@ -26,7 +26,7 @@ func evHeader(date time.Time, limit, remaining int, reset string) http.Header {
 func evAdvertise(l *Lane, h http.Header, served bool) Advert {
 	now := time.Now()
 	qs := header.ReadQuotas(h, now, 30*time.Second)
-	a, _ := l.Advertise(now, &qs, true, served)
+	a, _ := l.Advertise(now, &qs, true, served, 1)
 	return a
 }
 

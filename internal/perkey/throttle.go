@@ -95,8 +95,10 @@ const quotaHold = time.Second
 // checks each policy against what the server admits (see evidence); a
 // policy the server has been seen to exceed is dropped. An advert read
 // before another answer refuted a policy is not applied: it may carry the
-// policy refuted.
-func (l *Lane) Advertise(now time.Time, qs *header.Quotas, mayHold, served bool) (Advert, Transitions) {
+// policy refuted. share is the part of the quota this process may spend,
+// in (0, 1]: the processes of a fleet that spend one quota divide it, its
+// rate and what it has left alike.
+func (l *Lane) Advertise(now time.Time, qs *header.Quotas, mayHold, served bool, share float64) (Advert, Transitions) {
 	l.mu.Lock()
 	l.seen.checks++
 	seq := l.seen.checks
@@ -114,7 +116,8 @@ func (l *Lane) Advertise(now time.Time, qs *header.Quotas, mayHold, served bool)
 	}
 	a := Advert{At: now, N: qs.Len(), seq: seq, guess: guess, stated: stated}
 	if rate, burst, ok := qs.Rate(); ok {
-		a.Rate, a.Left = quotaShare*rate, burst
+		share = min(max(share, minShare), 1)
+		a.Rate, a.Left = quotaShare*rate*share, int(float64(burst)*share)
 	}
 	for i, q := range qs.Policies() {
 		p := Policy{Partition: q.Partition, Limit: q.Limit, Window: q.Window, Remaining: q.Remaining}
@@ -210,6 +213,11 @@ func (p *pacer) advertise(now time.Time, r float64, left, sending int, until tim
 	p.setRateLocked(now)
 	p.scheduleLocked(now)
 }
+
+// minShare is the least part of a quota a process paces to, whatever the
+// size of its fleet: a thousand processes on one quota each keep a
+// thousandth.
+const minShare = 1e-3
 
 // quotaShare is the share of an advertised rate that a key is paced at. A
 // window's reset comes in whole seconds and the client's clock is not the
