@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -78,7 +79,7 @@ func (r *retrier) admitSlow(trs perkey.Transitions, err error) error {
 		case *perkey.HeldError:
 			r.t.stats.held.Add(1)
 			dl, _ := r.req.Context().Deadline()
-			patience := r.s.maxRetryAfter + r.s.retryAfterSpread
+			patience := satAdd(r.s.maxRetryAfter, r.s.retryAfterSpread)
 			if r.s.maxWait <= 0 {
 				// WithMaxWait(0): RetryAt tells the caller's queue when.
 				patience = min(patience, noWaitDelay)
@@ -314,4 +315,14 @@ type waiting struct {
 	kept  *http.Response
 	total time.Duration
 	any   bool
+}
+
+// satAdd returns a+b for non-negative durations, or the largest duration
+// where the sum would overflow: an option given an absurd duration means
+// "as long as can be", not a negative wait.
+func satAdd(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }

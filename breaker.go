@@ -63,9 +63,9 @@ type BreakerConfig struct {
 	// within [OpenFor, MaxOpenFor]. 0 means 250 ms; MaxOpenFor 0 means
 	// 60 s.
 	OpenFor, MaxOpenFor time.Duration
-	// OpenJitter is the most of the random time added to each open time,
-	// so that circuits tripped together do not half-open together. 0
-	// means OpenFor.
+	// OpenJitter is the most of the random time added to an open time,
+	// growing with it, so that circuits tripped together do not half-open
+	// together. 0 means OpenFor.
 	OpenJitter time.Duration
 	// Probes is how many requests a half-open circuit lets through at
 	// once; the first answer closes or reopens it. 0 means 1.
@@ -217,7 +217,7 @@ const defaultSlowAfter = time.Second
 type HostState struct {
 	Key          string    // as hooks and errors report it
 	State        State     // the circuit's
-	Since        time.Time // when the circuit entered State; zero for a key not held
+	Since        time.Time // when the circuit entered State; zero for a key the breaker does not keep
 	Until        time.Time // when an open circuit may let a probe through; zero while isolated
 	HeldUntil    time.Time // when a hold a server asked for ends; zero when not held
 	Isolated     bool      // Isolate opened the circuit, until Reset
@@ -247,8 +247,8 @@ func (b *Breaker) Host(key string) HostState {
 	return hostState(l.Key().String(), l.View(time.Now()))
 }
 
-// Snapshot returns the state of every key that is not closed, held or
-// paced, each read at its own instant, in no particular order.
+// Snapshot returns the state of every key whose circuit is not closed, or
+// that is held or paced, each read at its own instant, in any order.
 func (b *Breaker) Snapshot() []HostState {
 	now := time.Now()
 	var out []HostState

@@ -30,7 +30,8 @@ const (
 	ReasonCircuitOpen     // the key's circuit is open
 	ReasonContextDone     // the request's context ended
 	// ReasonHeld: the server asked for time the request could not wait (a
-	// Retry-After, a spent quota, the key's send rate); RetryAt says when.
+	// Retry-After, a spent quota); RetryAt says when, and gives it for a
+	// key its send rate paces too.
 	ReasonHeld
 	// ReasonConcurrencyLimit: the key had WithConcurrencyLimit attempts in
 	// flight, and the request waits for nothing (WithMaxWait(0)).

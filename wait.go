@@ -48,9 +48,10 @@ func (r *retrier) keep(resp *http.Response) {
 // at most the failing horizon ahead, or a day without one. For an answer
 // retrying cannot change (a status of 400 or above WithRetryIf does not
 // retry, a 410, a key past WithFailingHorizon) it gives the zero time and
-// ReasonNotRetryable: never send it again; for a success or what nothing
-// explains, the zero time and the zero Reason. Call it when the request
-// comes back: it reads the transport's state now.
+// ReasonNotRetryable: never send it again; for an isolated key, the zero
+// time and ReasonCircuitOpen; for a success or what nothing explains, the
+// zero time and Reason. Call it when the request comes back: it reads the
+// transport's state now.
 func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Reason) {
 	at, why := t.retryAt(resp, err)
 	if limit := t.retryAtLimit(); !at.IsZero() && time.Until(at) > limit {

@@ -67,7 +67,7 @@ type Change struct {
 	Kind      ChangeKind    // what the change announces
 	Instance  string        // the announcing process
 	Key       string        // the key, as hooks and errors report it; "" for ChangeAlive
-	For       time.Duration // ChangeAlive, ChangeFailing, ChangeOpen, ChangeHold: how long from now
+	For       time.Duration // ChangeAlive, ChangeFailing, ChangeOpen, ChangeHold, ChangeDemand: how long from now
 	Age       time.Duration // ChangeClose: how long ago
 	Reporters int           // ChangeOpen: distinct instances that reported the key failing
 }
@@ -109,7 +109,8 @@ const (
 // and withdrawals, a policy's memory or a transport's Stats. Requests read
 // only local memory: changes travel in the background, and a store that is
 // slow, paused or down leaves each process behaving as it would alone (its
-// fleet size decays back to 1 as heartbeats stop).
+// fleet size decays back to 1 as heartbeats stop), except that it keeps
+// pacing each key at its last share of the key's quota.
 //
 // Create one with New, attach it with retryhttp.WithFleet, and run it with
 // Run for as long as the transports are used. It is safe for concurrent
@@ -127,9 +128,12 @@ type Fleet struct {
 	// until when, by the local clock.
 	demand map[string]map[string]time.Time
 
-	mine   sync.Map                           // key -> *demandMark: this process paces the key to its quota
-	shares atomic.Pointer[map[string]float64] // key -> the part of its quota this process may spend; absent: all
-	lastOK atomic.Int64                       // when the store last took an announcement (unix ns)
+	mine      sync.Map                           // key -> *demandMark: this process paces the key to its quota
+	shares    atomic.Pointer[map[string]float64] // key -> the part of its quota this process may spend; absent: all
+	lastOK    atomic.Int64                       // when the store last took an announcement (see mono)
+	lastHeard atomic.Int64                       // when the store last passed on a change, this process's own included (see mono)
+	epoch     time.Time                          // what mono counts from
+	frozen    bool                               // the others' demand is kept as it was: the store is down; guarded by mu
 
 	size                         atomic.Int64
 	announced, dropped, received atomic.Uint64
@@ -171,7 +175,8 @@ func New(s Store, c Config) *Fleet {
 	// instance counts: bound both to what can mean anything.
 	c.Queue = min(c.Queue, maxQueue)
 	c.Heartbeat = min(c.Heartbeat, maxHeartbeat)
-	f := &Fleet{store: s, cfg: c, queue: make(chan queued, c.Queue), seen: map[string]time.Time{}, demand: map[string]map[string]time.Time{}}
+	f := &Fleet{store: s, cfg: c, queue: make(chan queued, c.Queue), seen: map[string]time.Time{}, demand: map[string]map[string]time.Time{},
+		epoch: time.Now()}
 	f.size.Store(1)
 	return f
 }
@@ -251,8 +256,13 @@ func (f *Fleet) announceLink(c fleetlink.Change) {
 const demandBeats = 4
 
 // demandMark is when this process began to pace a key to its quota, and
-// when it last said so (unix ns).
+// when it last said so: durations since the fleet's epoch, on the
+// monotonic clock, so that a step of the wall clock moves neither.
 type demandMark struct{ since, last atomic.Int64 }
+
+// mono returns now as a duration since the fleet's epoch, on the monotonic
+// clock.
+func (f *Fleet) mono(now time.Time) int64 { return int64(now.Sub(f.epoch)) }
 
 // demanded notes that this process paces key to its quota, and tells the
 // others at most once a heartbeat. A key newly paced has its share set at
@@ -265,40 +275,61 @@ func (f *Fleet) demanded(key string, now time.Time) {
 		v, _ = f.mine.LoadOrStore(key, new(demandMark))
 	}
 	m := v.(*demandMark)
-	last, ns := m.last.Load(), now.UnixNano()
-	if last != 0 && ns-last < int64(f.cfg.Heartbeat) || !m.last.CompareAndSwap(last, ns) {
+	last, at := m.last.Load(), f.mono(now)
+	if last != 0 && at-last < int64(f.cfg.Heartbeat) && at >= last || !m.last.CompareAndSwap(last, at) {
 		return
 	}
+	// A reshare that found the mark stale may have dropped it meanwhile.
+	f.mine.Store(key, m)
 	f.announce(Change{Kind: ChangeDemand, Key: key, For: demandBeats * f.cfg.Heartbeat})
-	if last == 0 || ns-last > int64(demandBeats*f.cfg.Heartbeat) {
-		m.since.Store(ns)
+	if last == 0 || at-last > int64(demandBeats*f.cfg.Heartbeat) {
+		m.since.Store(at)
 		f.reshare(now)
 	}
 }
 
 // share returns the part of key's advertised quota this process may
-// spend: one over the number of processes that pace the key to it.
+// spend: one over the number of processes that pace the key to it. A key
+// this process has just begun to pace, whose share a reshare has not set
+// yet, gets the share of a newly paced key.
 func (f *Fleet) share(key string) float64 {
 	if m := f.shares.Load(); m != nil {
 		if s, ok := (*m)[key]; ok {
 			return s
 		}
 	}
+	if v, ok := f.mine.Load(key); ok {
+		if since := v.(*demandMark).since.Load(); since == 0 || f.mono(time.Now())-since < int64(f.cfg.Heartbeat) {
+			return 1 / float64(max(f.size.Load(), 1))
+		}
+	}
 	return 1
 }
 
 // reshare recomputes each key's share. The others' demand expires with
-// its time, unless the store has taken no announcement of this process's
-// for two heartbeats: a store that is down says nothing of who stopped,
-// and each process goes on at its last share.
+// its time, unless the store has, for two heartbeats, taken no
+// announcement of this process's or passed on nothing: a store that is
+// down says nothing of who stopped, and each process goes on at its last
+// share. When the store is back, the demand kept gets demandBeats
+// heartbeats more, for its processes to say it again.
 func (f *Fleet) reshare(now time.Time) {
 	hb := f.cfg.Heartbeat
-	frozen := now.Sub(time.Unix(0, f.lastOK.Load())) > 2*hb
-	size := int(f.size.Load())
-	shares := map[string]float64{}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !frozen {
+	at := f.mono(now)
+	frozen := at-f.lastOK.Load() > int64(2*hb) || at-f.lastHeard.Load() > int64(2*hb)
+	size := int(f.size.Load())
+	switch {
+	case frozen:
+		f.frozen = true
+	case f.frozen:
+		f.frozen = false
+		for _, insts := range f.demand {
+			for inst, until := range insts {
+				insts[inst] = later(until, now.Add(demandBeats*hb))
+			}
+		}
+	default:
 		for key, insts := range f.demand {
 			for inst, until := range insts {
 				if !now.Before(until) {
@@ -310,14 +341,15 @@ func (f *Fleet) reshare(now time.Time) {
 			}
 		}
 	}
+	shares := map[string]float64{}
 	f.mine.Range(func(k, v any) bool {
 		key, m := k.(string), v.(*demandMark)
-		if now.Sub(time.Unix(0, m.last.Load())) > demandBeats*hb {
-			f.mine.Delete(key) // no longer paced here
+		if last := m.last.Load(); at-last > int64(demandBeats*hb) {
+			f.mine.CompareAndDelete(key, m) // no longer paced here
 			return true
 		}
 		n := 1 + len(f.demand[key])
-		if now.Sub(time.Unix(0, m.since.Load())) < hb {
+		if at-m.since.Load() < int64(hb) {
 			n = max(n, size)
 		}
 		if n > 1 {
@@ -326,6 +358,14 @@ func (f *Fleet) reshare(now time.Time) {
 		return true
 	})
 	f.shares.Store(&shares)
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 func (f *Fleet) announceLoop(ctx context.Context) {
@@ -349,7 +389,7 @@ func (f *Fleet) announceLoop(ctx context.Context) {
 				f.dropped.Add(1)
 			} else {
 				f.announced.Add(1)
-				f.lastOK.Store(time.Now().UnixNano())
+				f.lastOK.Store(f.mono(time.Now()))
 			}
 			cancel()
 		}
@@ -443,6 +483,7 @@ func (f *Fleet) quorum() int {
 
 // apply applies a change from another instance.
 func (f *Fleet) apply(c Change) {
+	f.lastHeard.Store(f.mono(time.Now()))
 	if c.Instance == f.cfg.Instance {
 		return
 	}

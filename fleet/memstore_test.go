@@ -21,6 +21,7 @@ type memStore struct {
 
 	mu       sync.Mutex
 	down     bool                             // guarded by mu
+	lost     chan struct{}                    // closed when the store goes down: watchers lose it; guarded by mu
 	opens    map[string]time.Time             // guarded by mu
 	openBy   map[string]string                // key -> the instance whose open is kept; guarded by mu
 	holds    map[string]time.Time             // guarded by mu
@@ -38,9 +39,15 @@ func newMemStore(latency time.Duration) *memStore {
 		failing: map[string]map[string]time.Time{}, alive: map[string]time.Time{}, demand: map[string]map[string]time.Time{}, watchers: map[*func(fleet.Change)]struct{}{}}
 }
 
+// setDown makes the store fail, as a restarting server does: calls fail,
+// and watchers lose their subscription, to be made again when it is back.
 func (s *memStore) setDown(down bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if down && !s.down && s.lost != nil {
+		close(s.lost)
+		s.lost = nil
+	}
 	s.down = down
 }
 
@@ -119,6 +126,10 @@ func (s *memStore) Watch(ctx context.Context, apply func(fleet.Change)) error {
 	}
 	s.watchers[&apply] = struct{}{}
 	s.snapshotLocked(apply)
+	if s.lost == nil {
+		s.lost = make(chan struct{})
+	}
+	lost := s.lost
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
@@ -135,6 +146,8 @@ func (s *memStore) Watch(ctx context.Context, apply func(fleet.Change)) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-lost:
+			return errStoreDown
 		case <-tick:
 			s.mu.Lock()
 			s.snapshotLocked(apply)

@@ -67,3 +67,22 @@ func TestFleetLinkKinds(t *testing.T) {
 		assert.Equal(t, int(k.c), int(k.l))
 	}
 }
+
+// Config follows retryhttp's rule for settings: zero and negative values
+// mean the defaults, values past what can mean anything are bounded, and
+// none panics.
+func TestConfigRule(t *testing.T) {
+	def := New(nil, Config{}).cfg
+	assert.Equal(t, Config{Instance: def.Instance, Heartbeat: 2 * time.Second, Timeout: time.Second, Queue: 1024}, def)
+	neg := New(nil, Config{Quorum: -1, Heartbeat: -1, Timeout: -1, Queue: -1})
+	assert.Equal(t, []any{def.Heartbeat, def.Timeout, def.Queue}, []any{neg.cfg.Heartbeat, neg.cfg.Timeout, neg.cfg.Queue}, "negative: the defaults")
+	neg.size.Store(3)
+	assert.Equal(t, 2, neg.quorum(), "Quorum negative: the default")
+	var absurd *Fleet
+	require.NotPanics(t, func() {
+		absurd = New(nil, Config{Quorum: 1 << 62, Heartbeat: 1<<63 - 1, Timeout: 1<<63 - 1, Queue: 1<<63 - 1})
+	})
+	assert.Equal(t, maxHeartbeat, absurd.cfg.Heartbeat, "bounded, so that three heartbeats cannot overflow")
+	assert.Equal(t, maxQueue, cap(absurd.queue), "bounded: the queue is allocated whole")
+	assert.Equal(t, 1<<62, absurd.quorum(), "a quorum no fleet reaches: no open is adopted unasked")
+}

@@ -64,9 +64,10 @@ func (q *windowQuota) counts() ([]int, int) {
 
 // A quota's pace is divided between the processes that spend it: two
 // processes sending as fast as they may each pace to half of it, and no
-// window gets more than about the quota, from the first on; when one stops, the
-// other takes the whole once the stopped one's demand has lapsed; and a
-// store that dies leaves each at its last share.
+// window gets more than about the quota, from the first on; a store that
+// dies leaves each at its last share, and coming back changes nothing
+// while they say their demand again; and when one stops, the other takes
+// the whole once the stopped one's demand has lapsed.
 func TestFleetSharesQuota(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := &windowQuota{limit: 100, start: time.Now()}
@@ -137,7 +138,20 @@ func TestFleetSharesQuota(t *testing.T) {
 			assert.InDelta(t, 0.95*100/2, rate(p), 1, "each at its last share")
 		}
 		assert.LessOrEqual(t, refused2-refused, 10, "429s with the store down")
+
+		// The store is back: the demand kept lasts until the processes
+		// have said it again, and neither takes the whole quota meanwhile.
 		store.setDown(false)
+		before = len(arrivals)
+		send(procs, 4*time.Second)
+		arrivals, refused3 := q.counts()
+		t.Logf("store back: arrivals per window %v, 429s %d", arrivals[before:], refused3-refused2)
+		for w, n := range arrivals[before:] {
+			assert.LessOrEqual(t, n, 105, "window %d after the store came back", w)
+		}
+		for _, p := range procs {
+			assert.InDelta(t, 0.95*100/2, rate(p), 1, "each still at half once the store is back")
+		}
 
 		// The second stops: once its demand lapses, the first takes all.
 		time.Sleep(10 * time.Second)

@@ -89,8 +89,9 @@ redis.call('PUBLISH', ARGV[6], '1 ' .. kind .. ' ' .. left .. ' ' .. age .. ' ' 
 return {left, reporters}
 `)
 
-// snapshotScript returns every live open and hold with its time left and
-// every live instance, read at one instant of Redis's clock.
+// snapshotScript returns every live open and hold with its time left,
+// every live instance and every live demand, read at one instant of
+// Redis's clock.
 //
 //	KEYS: open, hold, alive, demand
 //	ARGV: the prefix of failing:<key>, the prefix of openby:<key>
@@ -127,8 +128,10 @@ for i = 1, #m, 2 do add(1, m[i], '', tonumber(m[i + 1]) - now, 0) end
 m = live(KEYS[4])
 for i = 1, #m, 2 do
   local sp = string.find(m[i], ' ', 1, true)
-  local n = tonumber(string.sub(m[i], 1, sp - 1))
-  add(6, string.sub(m[i], sp + 1, sp + n), string.sub(m[i], sp + n + 1), tonumber(m[i + 1]) - now, 0)
+  local n = sp and tonumber(string.sub(m[i], 1, sp - 1))
+  if n then -- a member of another form is not this store's: skip it
+    add(6, string.sub(m[i], sp + 1, sp + n), string.sub(m[i], sp + n + 1), tonumber(m[i + 1]) - now, 0)
+  end
 end
 return out
 `)

@@ -168,7 +168,7 @@ func (s *Store) Announce(ctx context.Context, c fleet.Change) error {
 
 // Watch subscribes to the store's channel and calls apply with each change
 // published, and with a full snapshot (every open and hold with its time
-// left, every live instance as a ChangeAlive) each time the subscription
+// left, every live instance as a ChangeAlive, every live ChangeDemand) each time the subscription
 // is confirmed, at first and after go-redis has reconnected and
 // resubscribed, and every Options.SnapshotPeriod. It calls apply from its
 // own goroutine, one change at a time. It returns nil when ctx ends, once

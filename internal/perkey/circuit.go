@@ -317,10 +317,16 @@ func (l *Lane) backoffLocked(now time.Time) time.Duration {
 	}
 	jitter := c.OpenJitter
 	if jitter > 0 && c.OpenFor > 0 && base > c.OpenFor {
-		jitter = time.Duration(float64(jitter) * float64(base) / float64(c.OpenFor))
+		// In float, and bounded before it becomes a Duration again: an
+		// out-of-range conversion's result depends on the machine.
+		jitter = time.Duration(min(float64(jitter)*float64(base)/float64(c.OpenFor), float64(maxJitter)))
 	}
 	return base + Uniform(0, jitter)
 }
+
+// maxJitter bounds a grown open jitter: a quarter of the largest
+// duration, so that the open time plus it cannot overflow.
+const maxJitter = time.Duration(1<<63-1) / 4
 
 // closeLocked closes the circuit. It is the one rule for every close,
 // whether a probe succeeded, an operator reset the key, or another process
