@@ -79,7 +79,10 @@ func (r *retrier) admitSlow(trs perkey.Transitions, err error) error {
 		case *perkey.HeldError:
 			r.t.stats.held.Add(1)
 			dl, _ := r.req.Context().Deadline()
-			patience := satAdd(r.s.maxRetryAfter, r.s.retryAfterSpread)
+			patience := r.s.maxRetryAfter + r.s.retryAfterSpread
+			if patience < 0 { // both are at least 0: the sum overflowed
+				patience = math.MaxInt64
+			}
 			if r.s.maxWait <= 0 {
 				// WithMaxWait(0): RetryAt tells the caller's queue when.
 				patience = min(patience, noWaitDelay)
@@ -315,14 +318,4 @@ type waiting struct {
 	kept  *http.Response
 	total time.Duration
 	any   bool
-}
-
-// satAdd returns a+b for non-negative durations, or the largest duration
-// where the sum would overflow: an option given an absurd duration means
-// "as long as can be", not a negative wait.
-func satAdd(a, b time.Duration) time.Duration {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
 }
