@@ -86,3 +86,51 @@ func TestConfigRule(t *testing.T) {
 	assert.Equal(t, maxQueue, cap(absurd.queue), "bounded: the queue is allocated whole")
 	assert.Equal(t, 1<<62, absurd.quorum(), "a quorum no fleet reaches: no open is adopted unasked")
 }
+
+// A store back from an outage does not free the quota: the demand a
+// process kept while the store was down counts a while more, for the
+// others to say it again, though its time ran out during the outage.
+func TestDemandOutlastsTheStoresReturn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := New(nil, Config{Instance: "a", Heartbeat: time.Second})
+		f.size.Store(2)
+		now := time.Now()
+		f.lastOK.Store(f.mono(now))
+		f.lastHeard.Store(f.mono(now))
+		f.demanded("http://api.test", now) // queues an announcement; nobody runs the queue here
+		f.apply(Change{Kind: ChangeDemand, Instance: "b", Key: "http://api.test", For: demandBeats * time.Second})
+		time.Sleep(2 * time.Second)
+		f.demanded("http://api.test", time.Now())
+		f.reshare(time.Now())
+		require.Equal(t, 0.5, f.share("http://api.test"), "two processes pace the key")
+
+		// The store goes down for 10 s: b's demand runs out meanwhile,
+		// and is kept.
+		for range 10 {
+			time.Sleep(time.Second)
+			f.demanded("http://api.test", time.Now())
+			f.reshare(time.Now())
+		}
+		assert.Equal(t, 0.5, f.share("http://api.test"), "the store down: the last share")
+
+		// The store is back: it takes this process's announcements and
+		// passes its own back, but b has not said its demand again yet.
+		now = time.Now()
+		f.lastOK.Store(f.mono(now))
+		f.lastHeard.Store(f.mono(now))
+		f.reshare(now)
+		assert.Equal(t, 0.5, f.share("http://api.test"), "just back: b's demand still counts")
+		time.Sleep(2 * time.Second)
+		f.lastOK.Store(f.mono(time.Now()))
+		f.lastHeard.Store(f.mono(time.Now()))
+		f.demanded("http://api.test", time.Now())
+		f.reshare(time.Now())
+		assert.Equal(t, 0.5, f.share("http://api.test"), "2 s later: still counted, for b to say it again")
+		time.Sleep(3 * time.Second)
+		f.lastOK.Store(f.mono(time.Now()))
+		f.lastHeard.Store(f.mono(time.Now()))
+		f.demanded("http://api.test", time.Now())
+		f.reshare(time.Now())
+		assert.Equal(t, 1.0, f.share("http://api.test"), "b never said it again: after four heartbeats it lapses")
+	})
+}
