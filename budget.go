@@ -183,6 +183,22 @@ func (b *Budget) withdraw(k hostKey) bool {
 	return bk.floor != nil && bk.floor.Allow()
 }
 
+// withdrawAbove takes one banked token for a hedge to the host, only
+// while the bank holds more than reserve tokens: what retries need comes
+// first.
+func (b *Budget) withdrawAbove(k hostKey, reserve int64) bool {
+	bk := b.bucketFor(k)
+	for {
+		v := bk.banked.Load()
+		if v < (reserve+1)*unit {
+			return false
+		}
+		if bk.banked.CompareAndSwap(v, v-unit) {
+			return true
+		}
+	}
+}
+
 // tokens returns the whole and fractional tokens the host could spend at t:
 // banked plus the floor's.
 func (b *Budget) tokens(k hostKey, t time.Time) float64 {

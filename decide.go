@@ -120,7 +120,7 @@ func decide(f facts) (next, Reason) {
 		return stop, ReasonCircuitOpen
 	case !f.deadline.IsZero() && !f.now.Add(f.delay).Before(f.deadline):
 		// Sleeping would outlive the caller's deadline: return now.
-		return stop, ReasonDeadline
+		return stop, ReasonContextDone
 	case f.waitsNot && f.asked && f.delay > noWaitDelay:
 		// The caller keeps its own queue: the answer goes back now, and
 		// RetryAt says when the server asked to be tried again.

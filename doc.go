@@ -48,13 +48,11 @@
 //
 // # Which RoundTripper rule it bends
 //
-// An http.RoundTripper should not interpret the response. This one looks
-// at the status code, because a 503 or a 429 is the commonest failure a
-// retry can mend. It keeps the rest of the contract: it never modifies the
-// caller's request (each retry sends a clone with a fresh body), closes the
-// request body on every path, returns a response or an error but never
-// both, and never invents a response unless WithCircuitOpenResponse asks
-// it to.
+// An http.RoundTripper should not interpret the response. This one reads
+// the status, as a 503 or a 429 is the commonest failure a retry mends. It
+// keeps the rest: it never modifies the caller's request, closes its body
+// on every path, returns a response or an error, never both, and invents
+// a response only for WithCircuitOpenResponse.
 //
 // The order of the checks, the waits and every default with its reason are
 // in the repository's README and docs/ (https://github.com/retryhttp/retryhttp).

@@ -25,10 +25,9 @@ const (
 	// its body cannot be (no GetBody, larger than WithBodyBuffer).
 	ReasonNotReplayable
 	ReasonAttemptsUsed    // WithMaxAttempts attempts were made
-	ReasonDeadline        // the context's deadline leaves no room for the delay
 	ReasonBudgetExhausted // the retry budget has no token
 	ReasonCircuitOpen     // the key's circuit is open
-	ReasonContextDone     // the request's context ended
+	ReasonContextDone     // the context ended, or its deadline leaves no room for the wait
 	// ReasonHeld: the server asked for time the request could not wait (a
 	// Retry-After, a spent quota); RetryAt says when, and gives it for a
 	// key its send rate paces too.
@@ -43,7 +42,6 @@ var reasonNames = [...]string{
 	ReasonNotRetryable:     "not retryable",
 	ReasonNotReplayable:    "not replayable",
 	ReasonAttemptsUsed:     "attempts used",
-	ReasonDeadline:         "deadline too near",
 	ReasonBudgetExhausted:  "budget exhausted",
 	ReasonCircuitOpen:      "circuit open",
 	ReasonContextDone:      "context done",
@@ -229,8 +227,6 @@ func reasonOf(err error) Reason {
 		return ReasonBudgetExhausted
 	case err == errConcurrencyLimit:
 		return ReasonConcurrencyLimit
-	case err == errPaced:
-		return ReasonDeadline
 	}
 	return ReasonContextDone
 }

@@ -389,8 +389,8 @@ func TestHoldNames(t *testing.T) {
 	for r := range ReasonConcurrencyLimit + 2 {
 		names = append(names, r.String())
 	}
-	assert.Equal(t, []string{"none", "not retryable", "not replayable", "attempts used", "deadline too near", "budget exhausted",
-		"circuit open", "context done", "held", "concurrency limit", "Reason(10)"}, names)
+	assert.Equal(t, []string{"none", "not retryable", "not replayable", "attempts used", "budget exhausted",
+		"circuit open", "context done", "held", "concurrency limit", "Reason(9)"}, names)
 	assert.Equal(t, "Reason(-1)", Reason(-1).String())
 	assert.Equal(t, []string{"closed", "open", "half-open", "State(?)"},
 		[]string{StateClosed.String(), StateOpen.String(), StateHalfOpen.String(), State(3).String()})

@@ -6,8 +6,9 @@ import (
 )
 
 // Hooks are optional callbacks that observe a Transport, as
-// net/http/httptrace's do. They run on the request's goroutine, under no
-// lock of the transport, and must not modify the request or touch a body.
+// net/http/httptrace's do. They run on the request's goroutine (a hedge's
+// AttemptDone on its own), under no lock of the transport, and must not
+// modify the request or touch a body.
 // A request carries its headers and query: log them with care.
 type Hooks struct {
 	AttemptStart   func(Event) // before each attempt is sent
@@ -26,6 +27,7 @@ type Event struct {
 	// Attempt is how many attempts were sent: the attempt's own number for
 	// AttemptStart and AttemptDone, the retry's for RetryScheduled.
 	Attempt    int
+	Hedge      bool          // AttemptStart, AttemptDone: a second copy of attempt Attempt (WithHedging)
 	Status     int           // AttemptDone, GiveUp: the status; 0 with an error
 	Err        error         // AttemptDone, GiveUp: the error; nil with a response
 	Duration   time.Duration // AttemptDone: to the response headers or the error

@@ -350,7 +350,7 @@ func TestHooksGiveUpReasons(t *testing.T) {
 			ctx: func(ctx context.Context) (context.Context, context.CancelFunc) {
 				return context.WithTimeout(ctx, time.Second)
 			},
-			want: giveUpEv{Attempt: 1, Reason: ReasonDeadline, Status: 503},
+			want: giveUpEv{Attempt: 1, Reason: ReasonContextDone, Status: 503},
 		},
 		{
 			name:   "not_idempotent",

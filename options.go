@@ -61,6 +61,7 @@ type settings struct {
 	slowCalls      bool          // the breaker counts slow attempts: time them (see clock)
 	maxWait        time.Duration // the longest a request waits, in all, for its key to recover; 0: refuse at once
 	responseBuffer int64         // the largest successful response body read before RoundTrip returns; 0: none
+	hedge          float64       // the share of extra attempts hedging may send; 0: off
 }
 
 // Option configures a Transport in New. Those that shape one request's
@@ -194,8 +195,7 @@ func WithBodyBuffer(maxBytes int64) RequestOption {
 // WithAttemptTimeout gives each attempt d to deliver its response headers;
 // one that runs out is a retryable error satisfying errors.Is(err,
 // context.DeadlineExceeded). Reading the body is not cut off. Off by
-// default; a d under 1 ms is raised to 1 ms, below which the scheduler's
-// own jitter would decide.
+// default; under 1 ms (the scheduler's jitter) is 1 ms.
 func WithAttemptTimeout(d time.Duration) RequestOption {
 	if d = offIfNegative(d); d > 0 {
 		d = max(d, minAttemptTimeout)
@@ -215,25 +215,36 @@ func WithAdaptiveRate(statuses ...int) RequestOption {
 
 // WithMaxWait sets the longest a request waits, in all, for its key to
 // recover where the budget or an open circuit would refuse it: 30 s by
-// default, within the deadline, holding no connection or goroutine. 0
-// waits for nothing, for a dispatcher with its own queue: those refusals,
-// a server's wait over 1 s (ReasonHeld) and an attempt over
-// WithConcurrencyLimit come back at once, and RetryAt says when to send
-// again. The policy's own delays are slept.
+// default, within the deadline, holding no connection. With 0, for a
+// dispatcher's own queue, those refusals, a server's wait over 1 s and an
+// attempt over WithConcurrencyLimit come back at once, with RetryAt.
 func WithMaxWait(d time.Duration) RequestOption {
 	d = offIfNegative(d)
 	return newRequestOption("WithMaxWait", func(s *settings) { s.maxWait = d })
 }
 
 // WithResponseBuffer reads a 2xx response's body, up to maxBytes, before
-// RoundTrip returns, so that a body cut mid-read is retried like a
-// transport error instead of reaching the caller as a read error. Only
-// requests that may be retried are buffered; a larger body is handed back
-// streaming. Off by default. The read is bounded by the request's context
-// only: leave it off for streams (server-sent events, long polls).
+// RoundTrip returns, so that a body cut mid-read is retried, not handed to
+// the caller as a read error. Only requests that may be retried are
+// buffered; a larger body comes back streaming. Off by default; leave it
+// off for streams (server-sent events, long polls).
 func WithResponseBuffer(maxBytes int64) RequestOption {
 	maxBytes = offIfNegative(maxBytes)
 	return newRequestOption("WithResponseBuffer", func(s *settings) { s.responseBuffer = maxBytes })
+}
+
+// WithHedging sends a second copy of a request's first attempt when it
+// has not answered within the time its key's answers take but for the
+// slowest maxExtraLoad of them, takes the first usable answer and cancels
+// the other. 0.05 sends at most 5% more attempts. Only requests that may
+// be sent twice are copied, and only while their key is healthy and the
+// retry budget has tokens to spare. Off (0) by default.
+func WithHedging(maxExtraLoad float64) RequestOption {
+	if !(maxExtraLoad > 0) {
+		maxExtraLoad = 0
+	}
+	maxExtraLoad = min(maxExtraLoad, 1)
+	return newRequestOption("WithHedging", func(s *settings) { s.hedge = maxExtraLoad })
 }
 
 // WithConcurrencyLimit allows at most n attempts in flight to one key, so

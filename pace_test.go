@@ -140,7 +140,7 @@ func TestPaceSlowTenant(t *testing.T) {
 }
 
 // The pacer's edges, as a request sees them: one whose deadline the queue
-// ahead cannot fit returns at once, with ReasonDeadline; one whose context
+// ahead cannot fit returns at once, with ReasonContextDone; one whose context
 // ends while waiting returns its error; neither is sent.
 func TestPaceEdges(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -163,7 +163,7 @@ func TestPaceEdges(t *testing.T) {
 		defer cancel()
 		_, err = tr.RoundTrip(newReq(ctx, http.MethodGet, nil))
 		require.ErrorIs(t, err, context.DeadlineExceeded)
-		assert.Equal(t, ReasonDeadline, asError(t, err).Reason)
+		assert.Equal(t, ReasonContextDone, asError(t, err).Reason)
 		assert.Contains(t, err.Error(), "send rate")
 
 		ctx, cancel = context.WithCancel(t.Context())

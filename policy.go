@@ -20,11 +20,9 @@ const (
 )
 
 // Policy draws the delay before retry n (1 for the first retry) from n and
-// prev, the previous delay drawn for the same key (0 for none). It must be
-// safe for concurrent use and never return a negative delay. A Policy
-// with a method MaxDelay() time.Duration, as this package's have, tells
-// RetryAt over how long to spread the callers it sends back; without one,
-// 30 s.
+// prev, the previous delay drawn for the key (0 for none), safely for
+// concurrent use, never negative. A MaxDelay() time.Duration method tells
+// RetryAt over how long to spread the callers it sends back (else 30 s).
 type Policy interface {
 	// Delay returns the wait before retry n, given prev.
 	Delay(n int, prev time.Duration) time.Duration

@@ -312,3 +312,35 @@ func TestRecipeKeyByBucket(t *testing.T) {
 	require.NoError(t, err, "the good bucket is served")
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 }
+
+// docs/hedging.md's client, against a loopback server where one answer in
+// twenty takes 50 ms instead of 1 ms: past the key's young phase, its
+// slow answers are hedged, and the hedges win.
+func TestRecipeHedging(t *testing.T) {
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		lag := time.Millisecond
+		if n.Add(1)%20 == 0 {
+			lag = 50 * time.Millisecond
+		}
+		select {
+		case <-time.After(lag):
+		case <-r.Context().Done():
+		}
+	}))
+	defer srv.Close()
+	// recipe: docs/hedging.md 1
+	tr := retryhttp.New(nil, retryhttp.WithHedging(0.05)) // at most 5% more attempts
+	client := &http.Client{Transport: tr}
+	// end recipe
+	defer client.CloseIdleConnections()
+	const requests = 600
+	for range requests {
+		resp, err := client.Get(srv.URL)
+		require.NoError(t, err)
+		resp.Body.Close()
+	}
+	s := tr.Stats()
+	assert.Positive(t, s.HedgesWon)
+	assert.LessOrEqual(t, s.Hedges, uint64(requests*5/100+10), "at most 5% more, and the ten saved up")
+}

@@ -34,7 +34,9 @@ func (r *retrier) send() (*http.Response, error) {
 	areq := r.body.Take() // the next RoundTripper closes its body
 	var resp *http.Response
 	var err error
-	if r.timed() { // for the slow-call rule (see clock)
+	if r.hedgeable() {
+		resp, err = r.sendHedged(areq)
+	} else if r.timed() { // for the slow-call rule (see clock)
 		resp, err = r.sendClocked(areq)
 	} else {
 		resp, err = attempt.Send(r.t.next, areq, r.s.attemptTimeout, r.req.Context())

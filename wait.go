@@ -42,16 +42,14 @@ func (r *retrier) keep(resp *http.Response) {
 
 // RetryAt tells a caller that got resp or err back the earliest instant
 // worth sending the request again, and why: the latest of when the server
-// asked (ReasonHeld), when the key's circuit may let a probe through
-// (ReasonCircuitOpen) and when the budget holds a token (ReasonBudgetExhausted),
-// spread so that callers refused together do not return together. It is
-// at most the failing horizon ahead, or a day without one. For an answer
-// retrying cannot change (a status of 400 or above WithRetryIf does not
-// retry, a 410, a key past WithFailingHorizon) it gives the zero time and
-// ReasonNotRetryable: never send it again; for an isolated key, the zero
-// time and ReasonCircuitOpen; for a success or what nothing explains, the
-// zero time and Reason. Call it when the request comes back: it reads the
-// transport's state now.
+// asked (ReasonHeld), the key's circuit may probe (ReasonCircuitOpen) and
+// the budget holds a token (ReasonBudgetExhausted), spread, and at most
+// the failing horizon (or a day) ahead. For an answer retrying cannot
+// change (a status of 400 or above WithRetryIf does not retry, a key past
+// WithFailingHorizon): the zero time and ReasonNotRetryable, never send it
+// again; for an isolated key, the zero time and ReasonCircuitOpen; for a
+// success or what nothing explains, the zero time and Reason. It reads the
+// transport's state when called.
 func (t *Transport) RetryAt(resp *http.Response, err error) (time.Time, Reason) {
 	at, why := t.retryAt(resp, err)
 	if limit := t.retryAtLimit(); !at.IsZero() && time.Until(at) > limit {

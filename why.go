@@ -11,8 +11,7 @@ import (
 // Why says why RoundTrip handed resp, or err, back unretried, with the
 // Reason an Error would carry: ReasonNotRetryable for a status of 400 or
 // above that WithRetryIf does not retry; the zero Reason for a success or
-// an error not of this transport's. It knows a response while the caller
-// holds it, through an http.Client too.
+// an error not of this transport's. It knows a response the caller holds.
 func (t *Transport) Why(resp *http.Response, err error) Reason {
 	if err != nil {
 		var e *Error

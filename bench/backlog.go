@@ -25,6 +25,9 @@ type BacklogConfig struct {
 	// QueueMax bounds the queue, so that memory is bounded: a request
 	// that finds it full is answered 503 at once. 0 means 10,000.
 	QueueMax int
+	// ServiceOf, if set, draws each request's service time, in the order
+	// the workers take requests, in place of Service and the trigger.
+	ServiceOf func() time.Duration
 }
 
 func (c BacklogConfig) withDefaults() BacklogConfig {
@@ -108,7 +111,9 @@ func (b *Backlog) work() {
 		default:
 		}
 		d := b.c.Service
-		if at := time.Since(b.start); at >= b.c.From && at < b.c.To {
+		if at := time.Since(b.start); b.c.ServiceOf != nil {
+			d = b.c.ServiceOf()
+		} else if at >= b.c.From && at < b.c.To {
 			d *= time.Duration(b.c.Slowdown)
 		}
 		// The service itself: the worker is busy for d whoever waits.

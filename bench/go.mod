@@ -3,6 +3,7 @@ module github.com/retryhttp/retryhttp/bench
 go 1.26.0
 
 require (
+	github.com/cristalhq/hedgedhttp v0.9.2
 	github.com/didip/tollbooth/v7 v7.0.2
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/go-chi/httprate v0.16.1

@@ -28,6 +28,7 @@ const (
 	toKey             = attribute.Key("retryhttp.circuit.to")
 	causeKey          = attribute.Key("retryhttp.cause")
 	releasedKey       = attribute.Key("retryhttp.released")
+	hedgeKey          = attribute.Key("retryhttp.hedge")
 )
 
 // attrKey is the comparable key of one instrument's attributes, less the
@@ -43,10 +44,15 @@ type attemptKey struct {
 	method  string
 	status  int    // 0 with an error
 	errType string // "" with a response
+	hedge   bool   // a hedge (retryhttp.WithHedging)
 }
 
 func (k attemptKey) attrs() []attribute.KeyValue {
-	return append([]attribute.KeyValue{semconv.HTTPRequestMethodKey.String(k.method)}, outcome(k.status, k.errType))
+	a := append([]attribute.KeyValue{semconv.HTTPRequestMethodKey.String(k.method)}, outcome(k.status, k.errType))
+	if k.hedge {
+		a = append(a, hedgeKey.Bool(true))
+	}
+	return a
 }
 
 type methodKey string

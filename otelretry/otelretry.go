@@ -15,7 +15,8 @@
 // instruments, with the attributes each carries:
 //
 //	retryhttp.attempts             Int64Counter        {attempt}     attempts sent, counted when each returns
-//	    http.request.method, and http.response.status_code or error.type
+//	    http.request.method, and http.response.status_code or error.type;
+//	    retryhttp.hedge=true for a hedge (retryhttp.WithHedging)
 //	retryhttp.retries              Int64Counter        {retry}       attempts after the first, counted as each is sent
 //	    http.request.method
 //	retryhttp.retry.delay          Float64Histogram    s             the wait before each retry
@@ -258,11 +259,11 @@ func (r *recorder) attemptStart(i retryhttp.Event) {
 }
 
 func (r *recorder) attemptDone(i retryhttp.Event) {
-	k := attemptKey{method: method(i.Request), status: i.Status}
+	k := attemptKey{method: method(i.Request), status: i.Status, hedge: i.Hedge}
 	if i.Err != nil {
 		// The transport normalises an attempt's outcome to a response or
 		// an error, never both: a status is recorded only without an error.
-		k = attemptKey{method: k.method, errType: errorType(i.Err)}
+		k = attemptKey{method: k.method, errType: errorType(i.Err), hedge: i.Hedge}
 	}
 	r.attempts.Add(i.Request.Context(), 1, r.attemptSets.get(k, r.hostOf(i.Request)).add...)
 }

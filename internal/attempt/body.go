@@ -2,6 +2,7 @@ package attempt
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"math"
 	"net/http"
@@ -203,6 +204,39 @@ func (b *Body) Close() {
 func (b *Body) closeQueued() {
 	CloseRequestBody(b.queued)
 	b.queued = nil
+}
+
+// Copier makes copies of a request to send beside the attempt in flight
+// (a hedge), each with a body of its own.
+type Copier struct {
+	req *http.Request
+	get func() (io.ReadCloser, error)
+}
+
+// Copier returns what copies the request while an attempt of it is in
+// flight, and false when it cannot be copied then: its body is one
+// reader that a GetBody may hand out again (tracked), or it cannot be
+// sent again at all.
+func (b *Body) Copier() (Copier, bool) {
+	hasBody := b.req.Body != nil && b.req.Body != http.NoBody
+	if b.tracked || b.unreplayable || (hasBody && b.get == nil) {
+		return Copier{}, false
+	}
+	return Copier{req: b.req, get: b.get}, true
+}
+
+// Copy returns a copy of the request with the context ctx and a fresh
+// body.
+func (c Copier) Copy(ctx context.Context) (*http.Request, error) {
+	r := c.req.Clone(ctx)
+	if c.get != nil {
+		rc, err := c.get()
+		if err != nil {
+			return nil, err
+		}
+		r.Body, r.GetBody = rc, c.get
+	}
+	return r, nil
 }
 
 // Replayable reports whether the body may be sent again: there is none,

@@ -66,7 +66,7 @@ func sendWithTimeout(next http.RoundTripper, req *http.Request, d time.Duration,
 		}
 		return nil, err
 	}
-	resp.Body = cancelOnClose(resp.Body, cancel)
+	resp.Body = CancelOnClose(resp.Body, cancel)
 	return resp, nil
 }
 
@@ -89,10 +89,10 @@ func (e *timeoutError) Unwrap() []error {
 
 func (e *timeoutError) Timeout() bool { return true }
 
-// cancelOnClose wraps a response body so that closing it ends the attempt's
+// CancelOnClose wraps a response body so that closing it ends the attempt's
 // context. A body that is also an io.Writer (a 101 Switching Protocols
 // response) stays one.
-func cancelOnClose(body io.ReadCloser, cancel context.CancelFunc) io.ReadCloser {
+func CancelOnClose(body io.ReadCloser, cancel context.CancelFunc) io.ReadCloser {
 	if rwc, ok := body.(io.ReadWriteCloser); ok {
 		return &cancelReadWriteCloser{cancelBody{rwc, cancel}, rwc}
 	}

@@ -117,7 +117,8 @@ type Lane struct {
 	// rodeOut is set when a request rode the key's failure out in vain,
 	// until the key next answers (see RodeOut).
 	rodeOut atomic.Bool
-	prev    atomic.Int64 // previous delay drawn for this key
+	prev    atomic.Int64           // previous delay drawn for this key
+	hedger  atomic.Pointer[Hedger] // what hedging knows of the key; nil until a request hedges (see Hedger)
 	// early counts the key's successes since the lane was made (born),
 	// up to earlyMax, so that a pacer knows all the key's first burst was
 	// admitted (see burstRateLocked); earlyMax when not known.
