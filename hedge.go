@@ -45,6 +45,8 @@ func (r *retrier) hedgeable() bool {
 // first attempt's outcome. Each copy runs in a goroutine of its own, so
 // that the winner returns at once even through a RoundTripper slow to
 // heed a cancelled context; a copy that loses closes its own response.
+// Hooks run here, on the request's goroutine, never in a copy's; a panic
+// in a copy's goroutine (the next RoundTripper's) is raised here.
 func (r *retrier) sendHedged(areq *http.Request) (*http.Response, error) {
 	l := r.laneOf()
 	h := l.Hedger()
@@ -52,51 +54,81 @@ func (r *retrier) sendHedged(areq *http.Request) (*http.Response, error) {
 	start := time.Now()
 	delay, ok := h.Delay()
 	cp, copyable := r.body.Copier()
-	if !ok || !copyable {
-		resp, err := attempt.Send(r.t.next, areq, r.s.attemptTimeout, r.req.Context())
+	if !ok || !copyable || !l.HedgePlain() || !h.Earned() {
+		// No hedge could go: the attempt goes as any other.
+		var resp *http.Response
+		var err error
+		if r.timed() {
+			resp, err = r.sendClocked(areq)
+		} else {
+			resp, err = attempt.Send(r.t.next, areq, r.s.attemptTimeout, r.req.Context())
+		}
 		if err == nil {
 			h.Record(time.Since(start), false, r.s.hedge)
 		}
 		return resp, err
 	}
+	timed := r.timed()
 	c := &hedgeCopies{abandon: make(chan struct{})}
 	defer close(c.abandon)
-	first := c.start(r.t.next, areq, r.s, r.req.Context(), nil)
+	first := c.start(r.t.next, areq, r.s.attemptTimeout, r.req.Context(), nil)
+	// firstDone takes the first copy's outcome: it times it for the
+	// slow-call rule, as sendClocked would, and counts its answer time.
+	firstDone := func(o copyOutcome) copyOutcome {
+		first.check(o)
+		took := time.Since(start)
+		if timed {
+			r.clock.timed = true
+			r.clock.call = perkey.Call{Start: start, Took: took, Answered: o.err == nil}
+		}
+		if o.err == nil {
+			h.Record(took, false, r.s.hedge)
+		}
+		return o
+	}
 	timer := time.NewTimer(delay)
 	select {
 	case o := <-first.out:
 		timer.Stop()
-		if o.err == nil {
-			h.Record(time.Since(start), false, r.s.hedge)
-		}
-		return first.keep(o)
+		return first.keep(firstDone(o))
 	case <-timer.C:
+	}
+	select {
+	case o := <-first.out:
+		// It answered just as the delay ran out: no hedge, which could
+		// otherwise take the connection the answer has just freed.
+		return first.keep(firstDone(o))
+	default:
 	}
 	hedge := r.startHedge(c, cp)
 	if hedge == nil {
-		o := <-first.out
-		if o.err == nil {
-			h.Record(time.Since(start), false, r.s.hedge)
-		}
-		return first.keep(o)
+		return first.keep(firstDone(<-first.out))
 	}
 	// The first usable answer wins; when neither is usable, the first
 	// attempt's failure goes on to the retry loop.
-	var failed copyOutcome
+	var failed *copyOutcome
 	for pending := 2; pending > 0; pending-- {
 		select {
 		case o := <-first.out:
-			if r.usable(o) {
-				h.Record(time.Since(start), false, r.s.hedge)
-				hedge.cancel()
+			o = firstDone(o)
+			if r.usable(o, first) {
+				r.hedgeDone(hedge, copyOutcome{err: context.Canceled}) // cancelled: it lost
 				return first.keep(o)
 			}
-			failed = o
-			first.out = nil
+			failed, first.out = &o, nil
 		case o := <-hedge.out:
-			if r.usable(o) {
-				h.Record(time.Since(start), true, r.s.hedge) // the first, unanswered
+			hedge.check(o)
+			r.hedgeDone(hedge, o)
+			if r.usable(o, hedge) {
 				r.t.stats.hedgesWon.Add(1)
+				if failed == nil {
+					// The first had not answered: slower than the hedge,
+					// by how much nobody will know.
+					h.Record(time.Since(start), true, r.s.hedge)
+					r.firstLost = true
+				} else {
+					discard(failed.resp, first.cancel)
+				}
 				first.cancel()
 				return hedge.keep(o)
 			}
@@ -104,13 +136,22 @@ func (r *retrier) sendHedged(areq *http.Request) (*http.Response, error) {
 			hedge.out = nil
 		}
 	}
-	return first.keep(failed)
+	return first.keep(*failed)
 }
 
 // usable reports an outcome that ends the request: a response that is
-// not to be retried.
-func (r *retrier) usable(o copyOutcome) bool {
-	return o.err == nil && !r.s.retryIf(o.resp, nil)
+// not to be retried. A panic in WithRetryIf closes the copy's response
+// on its way up.
+func (r *retrier) usable(o copyOutcome, hc *hedgeCopy) bool {
+	judged := false
+	defer func() {
+		if !judged {
+			discard(o.resp, hc.cancel)
+		}
+	}()
+	ok := o.err == nil && !r.s.retryIf(o.resp, nil)
+	judged = true
+	return ok
 }
 
 // startHedge sends the hedge if the key allows it now, and returns it,
@@ -136,11 +177,31 @@ func (r *retrier) startHedge(c *hedgeCopies, cp attempt.Copier) *hedgeCopy {
 		return nil
 	}
 	r.t.stats.hedges.Add(1)
-	ev := Event{Request: r.req, Attempt: r.attempts, Hedge: true}
+	hc := &hedgeCopy{cancel: cancel, lane: l, ticket: tk, start: time.Now()}
 	if r.hooks.any() {
-		fire(r.hooks, (*Hooks).attemptStart, ev)
+		sent := false
+		defer func() {
+			if !sent { // AttemptStart panicked: the hedge is not sent
+				l.Done(tk, perkey.Outcome{})
+				cancel()
+				attempt.CloseRequestBody(hreq)
+			}
+		}()
+		fire(r.hooks, (*Hooks).attemptStart, Event{Request: r.req, Attempt: r.attempts, Hedge: true})
+		sent = true
 	}
-	return c.start(r.t.next, hreq, r.s, r.req.Context(), &hedgeTail{lane: l, ticket: tk, hooks: r.hooks, ev: ev, cancel: cancel, retryIf: r.s.retryIf})
+	return c.start(r.t.next, hreq, r.s.attemptTimeout, r.req.Context(), hc)
+}
+
+// hedgeDone reports the hedge's outcome to the hooks.
+func (r *retrier) hedgeDone(hc *hedgeCopy, o copyOutcome) {
+	if r.hooks.any() {
+		ev := Event{Request: r.req, Attempt: r.attempts, Hedge: true, Err: o.err, Duration: time.Since(hc.start)}
+		if o.resp != nil {
+			ev.Status = o.resp.StatusCode
+		}
+		fire(r.hooks, (*Hooks).attemptDone, ev)
+	}
 }
 
 // hedgeCopies is what a request's copies share: abandon is closed when
@@ -150,47 +211,49 @@ type hedgeCopies struct {
 }
 
 // hedgeCopy is one copy in flight: its outcome comes on out, and cancel
-// ends its context.
+// ends its context. A hedge also holds its key's admission (ticket),
+// which its goroutine records, and when it was sent.
 type hedgeCopy struct {
 	out    chan copyOutcome
 	cancel context.CancelFunc
+	lane   *perkey.Lane // nil for the first copy, whose admission is the request's
+	ticket perkey.Ticket
+	start  time.Time
 }
 
+// copyOutcome is what a copy's RoundTrip returned, or the panic it
+// raised (panicked, with its value).
 type copyOutcome struct {
-	resp *http.Response
-	err  error
-}
-
-// hedgeTail is what a hedge does once sent that the first attempt leaves
-// to the request: it records its outcome with its key and reports it.
-type hedgeTail struct {
-	lane    *perkey.Lane
-	ticket  perkey.Ticket
-	hooks   hookSet
-	ev      Event
-	cancel  context.CancelFunc
-	retryIf func(*http.Response, error) bool
+	resp     *http.Response
+	err      error
+	panicked bool
+	value    any
 }
 
 // start sends req through next in a goroutine: the first attempt with a
-// context of its own (tail nil), or the hedge, whose request already
-// has its context.
-func (c *hedgeCopies) start(next http.RoundTripper, req *http.Request, s *settings, callerCtx context.Context, tail *hedgeTail) *hedgeCopy {
-	hc := &hedgeCopy{out: make(chan copyOutcome)}
-	if tail == nil {
+// context of its own (hc nil), or the hedge hc, whose request already
+// has its context. A hedge's outcome tells its key nothing: the first
+// attempt's, or the winner's, is the request's, which the main loop
+// records.
+func (c *hedgeCopies) start(next http.RoundTripper, req *http.Request, timeout time.Duration, callerCtx context.Context, hc *hedgeCopy) *hedgeCopy {
+	if hc == nil {
 		ctx, cancel := context.WithCancel(req.Context())
-		req, hc.cancel = req.WithContext(ctx), cancel
-	} else {
-		hc.cancel = tail.cancel
+		req, hc = req.WithContext(ctx), &hedgeCopy{cancel: cancel}
 	}
-	timeout := s.attemptTimeout
+	hc.out = make(chan copyOutcome)
 	go func() {
 		var o copyOutcome
-		begin := time.Now()
-		o.resp, o.err = attempt.Send(next, req, timeout, callerCtx)
-		if tail != nil {
-			tail.done(o, time.Since(begin))
-		}
+		func() {
+			defer func() {
+				if v := recover(); v != nil {
+					o.panicked, o.value = true, v
+				}
+			}()
+			if hc.lane != nil {
+				defer hc.lane.Done(hc.ticket, perkey.Outcome{})
+			}
+			o.resp, o.err = attempt.Send(next, req, timeout, callerCtx)
+		}()
 		select {
 		case hc.out <- o:
 		case <-c.abandon:
@@ -200,22 +263,11 @@ func (c *hedgeCopies) start(next http.RoundTripper, req *http.Request, s *settin
 	return hc
 }
 
-// done records the hedge's outcome with its key (a failure when it
-// answered with one, nothing else: its success is the request's, which
-// the first attempt's admission records) and reports it to the hooks.
-func (t *hedgeTail) done(o copyOutcome, took time.Duration) {
-	var out perkey.Outcome
-	if o.err == nil && t.retryIf(o.resp, nil) {
-		out.Kind = perkey.Failure
-	}
-	t.lane.Done(t.ticket, out)
-	if t.hooks.any() {
-		ev := t.ev
-		ev.Err, ev.Duration = o.err, took
-		if o.resp != nil {
-			ev.Status = o.resp.StatusCode
-		}
-		fire(t.hooks, (*Hooks).attemptDone, ev)
+// check raises on the request's goroutine a panic of the copy's.
+func (hc *hedgeCopy) check(o copyOutcome) {
+	if o.panicked {
+		discard(o.resp, hc.cancel)
+		panic(o.value)
 	}
 }
 

@@ -1,6 +1,7 @@
 package retryhttp
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"slices"
@@ -282,6 +283,7 @@ func TestHedgeAndRetryNeverAtOnce(t *testing.T) {
 		var fail atomic.Bool // the race: the first copy fails, the hedge as told
 		var hedgeFails atomic.Bool
 		var copies atomic.Int64
+		var firstBody *countingBody
 		next := &lagNext{lag: func(n int, r *http.Request) time.Duration { return everyTwentieth(n, r) }}
 		rt := roundTripFunc(func(req *http.Request) (*http.Response, error) {
 			if !fail.Load() {
@@ -294,7 +296,8 @@ func TestHedgeAndRetryNeverAtOnce(t *testing.T) {
 			switch copies.Add(1) {
 			case 1: // the first attempt: slow, then a 503
 				time.Sleep(30 * time.Millisecond)
-				return &http.Response{StatusCode: 503, Header: http.Header{}, Body: http.NoBody, Request: req}, nil
+				firstBody = newCountingBody("busy")
+				return &http.Response{StatusCode: 503, Header: http.Header{}, Body: firstBody, Request: req}, nil
 			case 2: // the hedge
 				time.Sleep(40 * time.Millisecond)
 				if hedgeFails.Load() {
@@ -325,6 +328,7 @@ func TestHedgeAndRetryNeverAtOnce(t *testing.T) {
 			} else {
 				assert.Equal(t, uint64(0), s.Retries-before.Retries)
 				assert.Equal(t, uint64(1), s.HedgesWon-before.HedgesWon)
+				assert.Positive(t, firstBody.closed.Load(), "the first copy's 503 is closed")
 			}
 		}
 	})
@@ -334,3 +338,44 @@ func TestHedgeAndRetryNeverAtOnce(t *testing.T) {
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// Hedging keeps the slow-call rule: a host that answered, then hangs,
+// opens its circuit as its callers' deadlines pass, though every request
+// races a hedge (a share of 1, no budget: a hedge is always at hand).
+func TestHedgingKeepsTheSlowCallRule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		host := &slowHost{latency: 5 * time.Millisecond}
+		o, cfg := opened()
+		tr := New(host, WithBreaker(NewBreaker(cfg)), WithHedging(1), WithBudget(nil))
+		burstOf(tr, 4, 100, 2*time.Second) // learns the key
+		_, ok := tr.lanes.Lane(tr.requestKey(newReq(context.Background(), http.MethodGet, nil))).Hedger().Delay()
+		require.True(t, ok, "a delay is learned")
+		host.hung.Store(true)
+		burstOf(tr, 20, 5, 2*time.Second)
+		assert.True(t, o.Load(), "the circuit opens")
+		assert.NotZero(t, tr.Stats().SlowAttempts)
+	})
+}
+
+// A panic in the next RoundTripper, in a copy's goroutine, reaches the
+// caller of RoundTrip as it would without hedging, and leaves nothing
+// running.
+func TestHedgingPanicReachesTheCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var boom atomic.Bool
+		next := &lagNext{lag: everyTwentieth}
+		rt := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if boom.Load() {
+				time.Sleep(50 * time.Millisecond) // late enough to be hedged
+				panic("next RoundTripper")
+			}
+			return next.RoundTrip(req)
+		})
+		tr := New(rt, WithHedging(0.05))
+		sendAll(t, tr, 600, 4, getWithID)
+		boom.Store(true)
+		assert.PanicsWithValue(t, "next RoundTripper", func() { tr.RoundTrip(getWithID(-1)) })
+		time.Sleep(time.Second)
+		synctest.Wait() // every copy's goroutine has ended: the bubble would not end otherwise
+	})
+}

@@ -6,9 +6,8 @@ import (
 )
 
 // Hooks are optional callbacks that observe a Transport, as
-// net/http/httptrace's do. They run on the request's goroutine (a hedge's
-// AttemptDone on its own), under no lock of the transport, and must not
-// modify the request or touch a body.
+// net/http/httptrace's do. They run on the request's goroutine, under no
+// lock of the transport, and must not modify the request or touch a body.
 // A request carries its headers and query: log them with care.
 type Hooks struct {
 	AttemptStart   func(Event) // before each attempt is sent

@@ -1,6 +1,7 @@
 package retryhttp
 
 import (
+	"context"
 	"net/http"
 	"time"
 
@@ -54,6 +55,9 @@ func (r *retrier) send() (*http.Response, error) {
 	if hooked {
 		done := Event{Request: r.req, Attempt: r.attempts, Err: err, Duration: headers}
 		switch {
+		case r.firstLost:
+			// Its hedge answered, and AttemptDone told it with Hedge set.
+			done.Err = context.Canceled
 		case resp != nil:
 			done.Status = resp.StatusCode
 		case err != nil:

@@ -32,7 +32,7 @@ type Stats struct {
 	QuotaHeld         uint64            // of those, quotas spent, which held the key
 	Paced             uint64            // attempts that waited for their key's send rate
 	Hedges            uint64            // second copies sent (WithHedging)
-	HedgesWon         uint64            // of those, copies that answered first
+	HedgesWon         uint64            // of those, copies whose answer was used
 	Waits             uint64            // waits for a key to recover (WithMaxWait)
 	WaitsReleased     uint64            // waits the key let go
 	WaitTime          time.Duration     // the waits' total length

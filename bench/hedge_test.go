@@ -137,20 +137,21 @@ func checkRetryhttp(t *testing.T, f func(t *testing.T)) {
 
 // hedgeRun is one client's measured round in one scenario.
 type hedgeRun struct {
-	client    string
-	delay     string // the hedge delay it was given, for the table
-	outs      []Outcome
-	lag       time.Duration // how late the generator started a request at worst
-	ownHedges uint64        // hedges the client counted itself, in the measured round
-	attempts  []int         // attempts the server saw per measured request
-	slow      int           // per connection: requests whose first copy was on a slow connection
-	hedged    int           // per connection: requests the server saw more than once
-	onOther   int           // of those, requests whose copies came on more than one connection
-	twice     int           // POST: bodies executed more than once
-	badBodies int           // POST: bodies the server could not read
-	cancelled int           // attempts of measured requests whose client went before their answer
-	noID      int           // attempts without a valid request id
-	server    QueueCounts   // near capacity
+	client                  string
+	delay                   string // the hedge delay it was given, for the table
+	outs                    []Outcome
+	lag                     time.Duration // how late the generator started a request at worst
+	ownHedges               uint64        // hedges the client counted itself, in the measured round
+	attempts                []int         // attempts the server saw per measured request
+	slow                    int           // per connection: requests whose first copy was on a slow connection
+	hedged                  int           // per connection: requests the server saw more than once
+	onOther                 int           // of those, requests whose copies came on more than one connection
+	slowHedged, slowOnOther int           // the same, for requests whose first copy was on a slow connection
+	twice                   int           // POST: bodies executed more than once
+	badBodies               int           // POST: bodies the server could not read
+	cancelled               int           // attempts of measured requests whose client went before their answer
+	noID                    int           // attempts without a valid request id
+	server                  QueueCounts   // near capacity
 }
 
 // p returns the run's q quantile.
@@ -296,8 +297,15 @@ func runStragglers(cls []hedgeClient, c StragglerConfig, post bool) []hedgeRun {
 			}
 			if len(as) > 1 {
 				r.hedged++
-				if slices.ContainsFunc(as[1:], func(a StragglerAttempt) bool { return a.Conn != as[0].Conn }) {
+				other := slices.ContainsFunc(as[1:], func(a StragglerAttempt) bool { return a.Conn != as[0].Conn })
+				if other {
 					r.onOther++
+				}
+				if as[0].Slow {
+					r.slowHedged++
+					if other {
+						r.slowOnOther++
+					}
 				}
 			}
 		}
@@ -480,7 +488,11 @@ func testConnStragglers(t *testing.T) {
 		// slow connection, each client's p99 falls among its fast answers
 		// or its hedged ones by the luck of that share.
 		assert.Positive(t, r.hedged, "hedged requests")
-		assert.Equal(t, r.hedged, r.onOther, "hedged requests whose hedge went out on another connection")
+		// A hedge of a fast answer may take the connection that answer
+		// freed as it went; a hedge of a straggler never shares its
+		// connection, which is busy.
+		assert.Positive(t, r.slowHedged, "requests on a slow connection hedged")
+		assert.Equal(t, r.slowHedged, r.slowOnOther, "hedges of requests on a slow connection that went out on another")
 	})
 }
 
@@ -599,6 +611,9 @@ const (
 	h2StreamFor = 2 * time.Second        // the streaming copy's body lasts this long
 	h2Chunk     = 1 << 10                // it writes this much ...
 	h2Every     = 10 * time.Millisecond  // ... this often
+	// h2HeadersAfter: the streaming copy's headers follow the other
+	// copy's answer by this much.
+	h2HeadersAfter = 20 * time.Millisecond
 )
 
 // h2Race is TestHedgingHTTP2's server. /warm answers at once. On /race the
@@ -661,6 +676,16 @@ func (h *h2Race) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer bound.Stop()
 	select {
 	case <-h.answered:
+		// A little after the other copy's answer, so that the client
+		// has it first, however loaded the machine.
+		after := time.NewTimer(h2HeadersAfter)
+		defer after.Stop()
+		select {
+		case <-after.C:
+		case <-r.Context().Done():
+			l.cancelled = true
+			return
+		}
 	case <-r.Context().Done():
 		l.cancelled = true
 		return

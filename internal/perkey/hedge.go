@@ -55,14 +55,15 @@ const (
 	// thirty answers. A median, not a mean, so that more stragglers, which
 	// hedging is for, do not look like a slowdown of the key.
 	medianStep = 1.0 / 50
-	// slowedBy: the key has slowed as a whole when its recent median is a
-	// fifth above its usual one (in log2: log2(1.2)). A server near its
-	// capacity queues every copy, and a fifth is where the hedges' own
-	// load starts to show in everyone's time.
-	slowedBy = 0.263
+	// slowedBy: the key has slowed as a whole when its recent median is
+	// half as long again as its usual one (in log2: log2(1.5)): a server
+	// near its capacity queues every copy, and its median doubles and
+	// more as the queue fills, while the noise of a loaded machine moves
+	// it by a fifth.
+	slowedBy = 0.585
 	// slowedMin: a rise of less than this is the scheduler's and the
 	// network's noise on a fast key, not a queue.
-	slowedMin = time.Millisecond
+	slowedMin = 2 * time.Millisecond
 	// slowedFor is how long a key that slowed is not hedged after it was
 	// last seen slowed: a server near its capacity slows and recovers by
 	// turns as its queue fills and drains, and a hedge sent in a lull
@@ -106,6 +107,9 @@ func (h *Hedger) Earn(share float64) {
 		h.tokens.Add(-min(v-maxHedgeTokens, add))
 	}
 }
+
+// Earned reports whether the key has a hedge to spend; one atomic load.
+func (h *Hedger) Earned() bool { return h.tokens.Load() >= tokenUnit }
 
 // Spend takes one hedge, if the key has earned one.
 func (h *Hedger) Spend() bool {

@@ -85,8 +85,7 @@ func TestHedgeTokens(t *testing.T) {
 	assert.Equal(t, 5, n, "a twentieth of a hedge per request")
 }
 
-// A key whose median rises by a fifth, and by a millisecond at least, is
-// slowed, and is not hedged for slowedFor after; noise on a fast key is
+// A key whose median rises by half, and by 2 ms at least, is slowed, and is not hedged for slowedFor after; noise on a fast key is
 // not a slowdown.
 func TestHedgerSlowed(t *testing.T) {
 	l := NewSet(Config{}).Lane(Key{Host: "a.test"})
@@ -106,6 +105,16 @@ func TestHedgerSlowed(t *testing.T) {
 	}
 	_, ok = h.Delay()
 	assert.False(t, ok, "still within slowedFor of the slowdown")
+
+	noisy := NewSet(Config{}).Lane(Key{Host: "c.test"}).Hedger()
+	for range 400 {
+		noisy.Record(5*time.Millisecond, false, 0.05)
+	}
+	for range 100 {
+		noisy.Record(6500*time.Microsecond, false, 0.05)
+	}
+	_, ok = noisy.Delay()
+	assert.True(t, ok, "a rise by 30%, 1.5 ms, is a loaded machine's noise")
 
 	fast := NewSet(Config{}).Lane(Key{Host: "b.test"}).Hedger()
 	for range 400 {
