@@ -379,3 +379,20 @@ func TestHedgingPanicReachesTheCaller(t *testing.T) {
 		synctest.Wait() // every copy's goroutine has ended: the bubble would not end otherwise
 	})
 }
+
+// WithHedging through a request's context hedges that request only.
+func TestHedgingPerRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		next := &lagNext{lag: everyTwentieth}
+		tr := New(next)
+		hedged := func(i int) *http.Request {
+			req := getWithID(i)
+			return req.WithContext(ContextWithOptions(req.Context(), WithHedging(0.05)))
+		}
+		sendAll(t, tr, 1000, 4, getWithID)
+		assert.Zero(t, tr.Stats().Hedges, "the transport's requests are not hedged")
+		lat := sendAll(t, tr, 1000, 4, hedged)
+		assert.Positive(t, tr.Stats().HedgesWon)
+		assert.Less(t, p99(lat), 20*time.Millisecond)
+	})
+}

@@ -62,7 +62,13 @@ type settings struct {
 	maxWait        time.Duration // the longest a request waits, in all, for its key to recover; 0: refuse at once
 	responseBuffer int64         // the largest successful response body read before RoundTrip returns; 0: none
 	hedge          float64       // the share of extra attempts hedging may send; 0: off
+	// extras: an attempt needs more than a plain send (a response buffer,
+	// hedging); see sendExtra. Set by New and for each request's options.
+	extras bool
 }
+
+// setExtras sets s.extras from the settings it stands for.
+func (s *settings) setExtras() { s.extras = s.responseBuffer > 0 || s.hedge > 0 }
 
 // Option configures a Transport in New. Those that shape one request's
 // retries are RequestOptions, which a request may also carry through
@@ -363,5 +369,6 @@ func (pr *perRequest) settings(base *settings) *settings {
 		o.applyRequest(&s)
 	}
 	s.stateful = stateful(s.policy)
+	s.setExtras()
 	return &s
 }

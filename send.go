@@ -35,21 +35,15 @@ func (r *retrier) send() (*http.Response, error) {
 	areq := r.body.Take() // the next RoundTripper closes its body
 	var resp *http.Response
 	var err error
-	if r.hedgeable() {
-		resp, err = r.sendHedged(areq)
-	} else if r.timed() { // for the slow-call rule (see clock)
-		resp, err = r.sendClocked(areq)
-	} else {
-		resp, err = attempt.Send(r.t.next, areq, r.s.attemptTimeout, r.req.Context())
-	}
 	var headers time.Duration
-	if hooked {
-		headers = time.Since(start)
-	}
-	if r.s.responseBuffer > 0 { // off: the one check on the success path
-		var b attempt.Buffering
-		resp, b, err = attempt.ReadResponse(resp, err, r.s.responseBuffer, r.idempotent && r.body.Replayable() && r.s.maxAttempts > 1)
-		r.t.stats.countBuffering(b, r.req.Context())
+	if !r.s.extras && !r.timed() {
+		// The success path: one check besides the slow-call rule's.
+		resp, err = attempt.Send(r.t.next, areq, r.s.attemptTimeout, r.req.Context())
+		if hooked {
+			headers = time.Since(start)
+		}
+	} else {
+		resp, headers, err = r.sendExtra(areq, hooked, start)
 	}
 	r.resp = resp
 	if hooked {
@@ -68,6 +62,29 @@ func (r *retrier) send() (*http.Response, error) {
 		fire(r.hooks, (*Hooks).attemptDone, done)
 	}
 	return resp, err
+}
+
+// sendExtra is send for an attempt that needs more than a plain send:
+// a hedge (WithHedging), the slow-call rule's clock, the response buffer
+// (WithResponseBuffer). headers is the time to the response headers or
+// the error, when hooked.
+func (r *retrier) sendExtra(areq *http.Request, hooked bool, start time.Time) (resp *http.Response, headers time.Duration, err error) {
+	if r.hedgeable() {
+		resp, err = r.sendHedged(areq)
+	} else if r.timed() { // for the slow-call rule (see clock)
+		resp, err = r.sendClocked(areq)
+	} else {
+		resp, err = attempt.Send(r.t.next, areq, r.s.attemptTimeout, r.req.Context())
+	}
+	if hooked {
+		headers = time.Since(start)
+	}
+	if r.s.responseBuffer > 0 {
+		var b attempt.Buffering
+		resp, b, err = attempt.ReadResponse(resp, err, r.s.responseBuffer, r.idempotent && r.body.Replayable() && r.s.maxAttempts > 1)
+		r.t.stats.countBuffering(b, r.req.Context())
+	}
+	return resp, headers, err
 }
 
 // timed reports whether the latest attempt of the request is to be timed:

@@ -65,6 +65,7 @@ func New(next http.RoundTripper, opts ...Option) *Transport {
 		}
 	}
 	t.s.stateful = stateful(t.s.policy)
+	t.s.setExtras()
 	t.s.slowCalls = t.breaker != nil && t.breaker.cfg.SlowAfter > 0
 	if t.fleet != nil {
 		t.joinFleet()
