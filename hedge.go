@@ -46,8 +46,9 @@ func (r *retrier) hedgeable() bool {
 // that the winner returns at once even through a RoundTripper slow to
 // heed a cancelled context; a copy that loses closes its own response.
 // Hooks run here, on the request's goroutine, never in a copy's; a panic
-// in a copy's goroutine (the next RoundTripper's) is raised here.
-func (r *retrier) sendHedged(areq *http.Request) (*http.Response, error) {
+// in a copy's goroutine (the next RoundTripper's) is raised here. lost
+// reports that the hedge won while the first copy had not answered.
+func (r *retrier) sendHedged(areq *http.Request) (_ *http.Response, lost bool, _ error) {
 	l := r.laneOf()
 	h := l.Hedger()
 	h.Earn(r.s.hedge)
@@ -66,7 +67,7 @@ func (r *retrier) sendHedged(areq *http.Request) (*http.Response, error) {
 		if err == nil {
 			h.Record(time.Since(start), false, r.s.hedge)
 		}
-		return resp, err
+		return resp, false, err
 	}
 	timed := r.timed()
 	c := &hedgeCopies{abandon: make(chan struct{})}
@@ -90,19 +91,19 @@ func (r *retrier) sendHedged(areq *http.Request) (*http.Response, error) {
 	select {
 	case o := <-first.out:
 		timer.Stop()
-		return first.keep(firstDone(o))
+		return first.keepAs(firstDone(o), false)
 	case <-timer.C:
 	}
 	select {
 	case o := <-first.out:
 		// It answered just as the delay ran out: no hedge, which could
 		// otherwise take the connection the answer has just freed.
-		return first.keep(firstDone(o))
+		return first.keepAs(firstDone(o), false)
 	default:
 	}
 	hedge := r.startHedge(c, cp)
 	if hedge == nil {
-		return first.keep(firstDone(<-first.out))
+		return first.keepAs(firstDone(<-first.out), false)
 	}
 	// The first usable answer wins; when neither is usable, the first
 	// attempt's failure goes on to the retry loop.
@@ -113,7 +114,7 @@ func (r *retrier) sendHedged(areq *http.Request) (*http.Response, error) {
 			o = firstDone(o)
 			if r.usable(o, first) {
 				r.hedgeDone(hedge, copyOutcome{err: context.Canceled}) // cancelled: it lost
-				return first.keep(o)
+				return first.keepAs(o, false)
 			}
 			failed, first.out = &o, nil
 		case o := <-hedge.out:
@@ -125,18 +126,17 @@ func (r *retrier) sendHedged(areq *http.Request) (*http.Response, error) {
 					// The first had not answered: slower than the hedge,
 					// by how much nobody will know.
 					h.Record(time.Since(start), true, r.s.hedge)
-					r.firstLost = true
 				} else {
 					discard(failed.resp, first.cancel)
 				}
 				first.cancel()
-				return hedge.keep(o)
+				return hedge.keepAs(o, failed == nil)
 			}
 			discard(o.resp, hedge.cancel)
 			hedge.out = nil
 		}
 	}
-	return first.keep(*failed)
+	return first.keepAs(*failed, false)
 }
 
 // usable reports an outcome that ends the request: a response that is
@@ -271,15 +271,16 @@ func (hc *hedgeCopy) check(o copyOutcome) {
 	}
 }
 
-// keep returns a copy's outcome as the attempt's, its body set to end
-// its context when closed; with an error, it ends the context now.
-func (hc *hedgeCopy) keep(o copyOutcome) (*http.Response, error) {
+// keepAs returns a copy's outcome as the attempt's, its body set to end
+// its context when closed (with an error, it ends the context now), and
+// lost, for sendHedged to return.
+func (hc *hedgeCopy) keepAs(o copyOutcome, lost bool) (*http.Response, bool, error) {
 	if o.err != nil {
 		hc.cancel()
-		return nil, o.err
+		return nil, lost, o.err
 	}
 	o.resp.Body = attempt.CancelOnClose(o.resp.Body, hc.cancel)
-	return o.resp, nil
+	return o.resp, lost, nil
 }
 
 // discard closes a losing copy's response unread, if it has one, and

@@ -36,6 +36,7 @@ func (r *retrier) send() (*http.Response, error) {
 	var resp *http.Response
 	var err error
 	var headers time.Duration
+	var lost bool // the hedge won: this copy was cancelled unanswered
 	if !r.s.extras && !r.timed() {
 		// The success path: one check besides the slow-call rule's.
 		resp, err = attempt.Send(r.t.next, areq, r.s.attemptTimeout, r.req.Context())
@@ -43,13 +44,13 @@ func (r *retrier) send() (*http.Response, error) {
 			headers = time.Since(start)
 		}
 	} else {
-		resp, headers, err = r.sendExtra(areq, hooked, start)
+		resp, headers, lost, err = r.sendExtra(areq, hooked, start)
 	}
 	r.resp = resp
 	if hooked {
 		done := Event{Request: r.req, Attempt: r.attempts, Err: err, Duration: headers}
 		switch {
-		case r.firstLost:
+		case lost:
 			// Its hedge answered, and AttemptDone told it with Hedge set.
 			done.Err = context.Canceled
 		case resp != nil:
@@ -67,10 +68,11 @@ func (r *retrier) send() (*http.Response, error) {
 // sendExtra is send for an attempt that needs more than a plain send:
 // a hedge (WithHedging), the slow-call rule's clock, the response buffer
 // (WithResponseBuffer). headers is the time to the response headers or
-// the error, when hooked.
-func (r *retrier) sendExtra(areq *http.Request, hooked bool, start time.Time) (resp *http.Response, headers time.Duration, err error) {
+// the error, when hooked; lost, that the attempt's hedge won while it had
+// not answered.
+func (r *retrier) sendExtra(areq *http.Request, hooked bool, start time.Time) (resp *http.Response, headers time.Duration, lost bool, err error) {
 	if r.hedgeable() {
-		resp, err = r.sendHedged(areq)
+		resp, lost, err = r.sendHedged(areq)
 	} else if r.timed() { // for the slow-call rule (see clock)
 		resp, err = r.sendClocked(areq)
 	} else {
@@ -84,7 +86,7 @@ func (r *retrier) sendExtra(areq *http.Request, hooked bool, start time.Time) (r
 		resp, b, err = attempt.ReadResponse(resp, err, r.s.responseBuffer, r.idempotent && r.body.Replayable() && r.s.maxAttempts > 1)
 		r.t.stats.countBuffering(b, r.req.Context())
 	}
-	return resp, headers, err
+	return resp, headers, lost, err
 }
 
 // timed reports whether the latest attempt of the request is to be timed:

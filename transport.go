@@ -218,9 +218,6 @@ type retrier struct {
 	idempotent bool
 	// clock is the slow-call rule's timing (see clock).
 	clock clock
-	// firstLost: the first attempt's hedge won, and the first copy was
-	// cancelled unanswered (see sendHedged).
-	firstLost bool
 	// sampled: the request's responses are read for a quota even if its
 	// key has never advertised one (see readsQuota).
 	sampled bool
