@@ -171,23 +171,19 @@ func (b *Budget) deposit(k hostKey) {
 // then from the floor. It reports whether a token was taken.
 func (b *Budget) withdraw(k hostKey) bool {
 	bk := b.bucketFor(k)
-	for {
-		v := bk.banked.Load()
-		if v < unit {
-			break
-		}
-		if bk.banked.CompareAndSwap(v, v-unit) {
-			return true
-		}
-	}
-	return bk.floor != nil && bk.floor.Allow()
+	return bk.takeBanked(0) || (bk.floor != nil && bk.floor.Allow())
 }
 
 // withdrawAbove takes one banked token for a hedge to the host, only
 // while the bank holds more than reserve tokens: what retries need comes
 // first.
 func (b *Budget) withdrawAbove(k hostKey, reserve int64) bool {
-	bk := b.bucketFor(k)
+	return b.bucketFor(k).takeBanked(reserve)
+}
+
+// takeBanked takes one banked token while the bank holds more than
+// reserve whole tokens, and reports whether it did.
+func (bk *bucket) takeBanked(reserve int64) bool {
 	for {
 		v := bk.banked.Load()
 		if v < (reserve+1)*unit {

@@ -57,13 +57,7 @@ func (r *retrier) sendHedged(areq *http.Request) (_ *http.Response, lost bool, _
 	cp, copyable := r.body.Copier()
 	if !ok || !copyable || !l.HedgePlain() || !h.Earned() {
 		// No hedge could go: the attempt goes as any other.
-		var resp *http.Response
-		var err error
-		if r.timed() {
-			resp, err = r.sendClocked(areq)
-		} else {
-			resp, err = attempt.Send(r.t.next, areq, r.s.attemptTimeout, r.req.Context())
-		}
+		resp, err := r.sendOne(areq)
 		if err == nil {
 			h.Record(time.Since(start), false, r.s.hedge)
 		}
@@ -74,16 +68,14 @@ func (r *retrier) sendHedged(areq *http.Request) (_ *http.Response, lost bool, _
 	defer close(c.abandon)
 	first := c.start(r.t.next, areq, r.s.attemptTimeout, r.req.Context(), nil)
 	// firstDone takes the first copy's outcome: it times it for the
-	// slow-call rule, as sendClocked would, and counts its answer time.
+	// slow-call rule, as sendOne would, and counts its answer time.
 	firstDone := func(o copyOutcome) copyOutcome {
 		first.check(o)
-		took := time.Since(start)
 		if timed {
-			r.clock.timed = true
-			r.clock.call = perkey.Call{Start: start, Took: took, Answered: o.err == nil}
+			r.clocked(start, o.err == nil)
 		}
 		if o.err == nil {
-			h.Record(took, false, r.s.hedge)
+			h.Record(time.Since(start), false, r.s.hedge)
 		}
 		return o
 	}

@@ -238,7 +238,8 @@ func TestHedgingStopsWhenTheKeySlows(t *testing.T) {
 	})
 }
 
-// An open circuit, a hold or a short retry budget: no hedge.
+// A retry budget with nothing banked pays for no hedge (a key's own
+// health is perkey's TestHedgePlain).
 func TestHedgingNeedsAPlainKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		next := &lagNext{lag: everyTwentieth}

@@ -73,10 +73,8 @@ func (r *retrier) send() (*http.Response, error) {
 func (r *retrier) sendExtra(areq *http.Request, hooked bool, start time.Time) (resp *http.Response, headers time.Duration, lost bool, err error) {
 	if r.hedgeable() {
 		resp, lost, err = r.sendHedged(areq)
-	} else if r.timed() { // for the slow-call rule (see clock)
-		resp, err = r.sendClocked(areq)
 	} else {
-		resp, err = attempt.Send(r.t.next, areq, r.s.attemptTimeout, r.req.Context())
+		resp, err = r.sendOne(areq)
 	}
 	if hooked {
 		headers = time.Since(start)
@@ -101,14 +99,23 @@ func (r *retrier) timed() bool {
 		(r.s.attemptTimeout > 0 || r.req.Context().Done() != nil)
 }
 
-// sendClocked sends the attempt of a timed request, timing it from the
-// call to the response headers or the error.
-func (r *retrier) sendClocked(areq *http.Request) (*http.Response, error) {
+// sendOne sends one copy of the attempt, timed for the slow-call rule
+// when the rule asks (see timed).
+func (r *retrier) sendOne(areq *http.Request) (*http.Response, error) {
+	if !r.timed() {
+		return attempt.Send(r.t.next, areq, r.s.attemptTimeout, r.req.Context())
+	}
 	start := time.Now()
 	resp, err := attempt.Send(r.t.next, areq, r.s.attemptTimeout, r.req.Context())
-	r.clock.timed = true
-	r.clock.call = perkey.Call{Start: start, Took: time.Since(start), Answered: err == nil}
+	r.clocked(start, err == nil)
 	return resp, err
+}
+
+// clocked records the timing of the latest attempt, sent at start, for
+// the slow-call rule: from the call to its response headers or error.
+func (r *retrier) clocked(start time.Time, answered bool) {
+	r.clock.timed = true
+	r.clock.call = perkey.Call{Start: start, Took: time.Since(start), Answered: answered}
 }
 
 // timeSample: one request in timeSample has its attempts timed whether

@@ -85,6 +85,13 @@ func TestHedgeTokens(t *testing.T) {
 	assert.Equal(t, 5, n, "a twentieth of a hedge per request")
 }
 
+// record records n answers after d each.
+func record(h *Hedger, n int, d time.Duration) {
+	for range n {
+		h.Record(d, false, 0.05)
+	}
+}
+
 // A key whose median rises by half, and by 2 ms at least, is slowed, and is not hedged for slowedFor after; noise on a fast key is
 // not a slowdown.
 func TestHedgerSlowed(t *testing.T) {
@@ -95,34 +102,38 @@ func TestHedgerSlowed(t *testing.T) {
 	}
 	_, ok := h.Delay()
 	assert.True(t, ok, "a steady key is hedged")
-	for range 100 {
-		h.Record(9*time.Millisecond, false, 0.05)
-	}
+	record(h, 100, 9*time.Millisecond)
 	_, ok = h.Delay()
 	assert.False(t, ok, "slowed by four fifths")
-	for range 400 {
-		h.Record(5*time.Millisecond, false, 0.05)
-	}
+	record(h, 400, 5*time.Millisecond)
 	_, ok = h.Delay()
 	assert.False(t, ok, "still within slowedFor of the slowdown")
 
 	noisy := NewSet(Config{}).Lane(Key{Host: "c.test"}).Hedger()
-	for range 400 {
-		noisy.Record(5*time.Millisecond, false, 0.05)
-	}
-	for range 100 {
-		noisy.Record(6500*time.Microsecond, false, 0.05)
-	}
+	record(noisy, 400, 5*time.Millisecond)
+	record(noisy, 100, 6500*time.Microsecond)
 	_, ok = noisy.Delay()
 	assert.True(t, ok, "a rise by 30%, 1.5 ms, is a loaded machine's noise")
 
 	fast := NewSet(Config{}).Lane(Key{Host: "b.test"}).Hedger()
-	for range 400 {
-		fast.Record(300*time.Microsecond, false, 0.05)
-	}
-	for range 100 {
-		fast.Record(600*time.Microsecond, false, 0.05)
-	}
+	record(fast, 400, 300*time.Microsecond)
+	record(fast, 100, 600*time.Microsecond)
 	_, ok = fast.Delay()
 	assert.True(t, ok, "a rise of 300 µs is noise")
+}
+
+// A key is hedged only in plain health: not while it is young, held, or
+// failing.
+func TestHedgePlain(t *testing.T) {
+	young := NewSet(Config{SeesEverySuccess: true}).Lane(Key{Host: "young.test"})
+	assert.False(t, young.HedgePlain(), "a young key")
+	l := NewSet(Config{}).Lane(Key{Host: "a.test"})
+	assert.True(t, l.HedgePlain())
+	l.Hold(time.Now().Add(time.Minute))
+	assert.False(t, l.HedgePlain(), "a held key")
+	f := NewSet(Config{Circuits: true}).Lane(Key{Host: "f.test"})
+	tk, _, err := f.Admit(t.Context(), Limits{})
+	assert.NoError(t, err)
+	f.Done(tk, Outcome{Kind: Failure})
+	assert.False(t, f.HedgePlain(), "a key whose failure period is under way")
 }
